@@ -1,0 +1,210 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvconnect/kvconnect/internal/regions"
+	"github.com/kvconnect/kvconnect/internal/wire"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// batch tracks one Transfer call. results belongs to the caller until the
+// call returns; completions write into it under mu only while !finished.
+type batch struct {
+	mu        sync.Mutex
+	results   []plugins.OpResult
+	remaining int
+	finished  bool
+	done      chan struct{}
+}
+
+// opState tracks one op split into chunks.
+type opState struct {
+	b         *batch
+	idx       int
+	entry     *regions.Entry // local region, held until the op completes
+	remaining atomic.Int32   // chunks not yet completed
+	err       error          // first chunk error; guarded by b.mu
+}
+
+// chunk is one frame's worth of an op.
+type chunk struct {
+	st           *opState
+	op           wire.Op
+	local        []byte
+	remoteRegion uint64
+	remoteOffset uint64
+	reqID        uint64
+}
+
+func (ch *chunk) complete(err error) {
+	s := ch.st
+	if err != nil {
+		s.b.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.b.mu.Unlock()
+	}
+	if s.remaining.Add(-1) == 0 {
+		s.entry.Release()
+		b := s.b
+		b.mu.Lock()
+		if !b.finished {
+			b.results[s.idx].Err = s.err
+		}
+		b.remaining--
+		if b.remaining == 0 {
+			close(b.done)
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (ch *chunk) remoteError(peer string, st wire.Status) error {
+	var sentinel error
+	switch st {
+	case wire.StatusOutOfBounds:
+		sentinel = plugins.ErrOutOfBounds
+	case wire.StatusUnknownRegion:
+		sentinel = plugins.ErrUnknownRegion
+	case wire.StatusShuttingDown:
+		sentinel = plugins.ErrPeerUnreachable
+	default:
+		sentinel = plugins.ErrInvalidArgument
+	}
+	where := fmt.Sprintf("region %d offset %d", ch.remoteRegion, ch.remoteOffset)
+	if ch.remoteRegion == 0 {
+		where = fmt.Sprintf("address 0x%x", ch.remoteOffset)
+	}
+	return fmt.Errorf("tcp: peer %s refused %s of %d bytes at %s: %s: %w", peer, ch.op, len(ch.local), where, st, sentinel)
+}
+
+// Transfer runs ops against a peer: each op is checked against the local
+// regions, split into chunks, striped over the peer's connections, and
+// completes when all its chunks have been answered.
+func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
+	if len(results) != len(ops) {
+		err := fmt.Errorf("tcp: %d results for %d ops: %w", len(results), len(ops), plugins.ErrInvalidArgument)
+		plugins.FillResults(results, err)
+		return err
+	}
+	p, err := t.peer(id)
+	if err != nil {
+		plugins.FillResults(results, err)
+		return err
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	chunkSize := uint64(t.opts.ChunkSize)
+	b := &batch{results: results, done: make(chan struct{})}
+	states := make([]opState, len(ops))
+	total := 0
+	for i := range ops {
+		op := &ops[i]
+		results[i].Err = nil
+		if err := checkOp(op); err != nil {
+			results[i].Err = err
+			continue
+		}
+		e, _, err := t.regions.Resolve(uint64(op.LocalRegion), op.LocalOffset, op.Length)
+		if err != nil {
+			results[i].Err = fmt.Errorf("tcp: local side of op %d: %w", i, err)
+			continue
+		}
+		n := int((op.Length + chunkSize - 1) / chunkSize)
+		states[i] = opState{b: b, idx: i, entry: e}
+		states[i].remaining.Store(int32(n))
+		total += n
+		b.remaining++
+	}
+	if b.remaining == 0 {
+		return nil
+	}
+	chunks := make([]chunk, 0, total)
+	for i := range ops {
+		st := &states[i]
+		if st.b == nil {
+			continue
+		}
+		op := &ops[i]
+		local := st.entry.Mem
+		base := op.LocalOffset
+		if op.LocalRegion == 0 {
+			base -= st.entry.Addr
+		}
+		wop := wire.OpWrite
+		if op.Kind == plugins.OpRead {
+			wop = wire.OpRead
+		}
+		for off := uint64(0); off < op.Length; off += chunkSize {
+			n := min(chunkSize, op.Length-off)
+			chunks = append(chunks, chunk{
+				st:           st,
+				op:           wop,
+				local:        local[base+off : base+off+n : base+off+n],
+				remoteRegion: uint64(op.RemoteRegion),
+				remoteOffset: op.RemoteOffset + off,
+			})
+		}
+	}
+	start := int(p.rr.Add(uint32(len(chunks))))
+	for k := range chunks {
+		t.send(ctx, p, start+k, &chunks[k])
+	}
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+	}
+	cerr := plugins.ContextError(ctx.Err())
+	b.mu.Lock()
+	b.finished = true
+	select {
+	case <-b.done:
+		// everything completed while we were deciding
+		b.mu.Unlock()
+		return nil
+	default:
+	}
+	for i := range states {
+		if states[i].b != nil && states[i].remaining.Load() > 0 {
+			results[i].Err = fmt.Errorf("tcp: op %d to peer %s: %w", i, p.name, cerr)
+		}
+	}
+	b.mu.Unlock()
+	return fmt.Errorf("tcp: batch to peer %s: %w", p.name, cerr)
+}
+
+// send queues a chunk on a healthy connection, redialing if needed.
+func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var c *conn
+		c, err = p.pick(ctx, slot)
+		if err != nil {
+			break
+		}
+		if c.enqueue(ch) {
+			return
+		}
+		err = fmt.Errorf("tcp: connection to peer %s broke: %w", p.name, plugins.ErrPeerUnreachable)
+	}
+	ch.complete(err)
+}
+
+func checkOp(op *plugins.Op) error {
+	switch {
+	case op.Kind != plugins.OpRead && op.Kind != plugins.OpWrite:
+		return fmt.Errorf("tcp: op kind %d: must be READ (0) or WRITE (1): %w", op.Kind, plugins.ErrInvalidArgument)
+	case op.Length == 0:
+		return fmt.Errorf("tcp: op of length 0: %w", plugins.ErrInvalidArgument)
+	case op.RemoteOffset+op.Length < op.RemoteOffset:
+		return fmt.Errorf("tcp: remote range at %d+%d wraps: %w", op.RemoteOffset, op.Length, plugins.ErrOutOfBounds)
+	}
+	return nil
+}

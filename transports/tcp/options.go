@@ -1,0 +1,58 @@
+package tcp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/internal/wire"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// Options is the tcp transport's config subtree (transports.tcp).
+type Options struct {
+	// Connections is the number of TCP connections per peer; large ops are
+	// striped across them.
+	Connections int `json:"connections"`
+	// ChunkSize splits ops larger than it into chunks.
+	ChunkSize units.Size `json:"chunk_size"`
+	// ConnectTimeout bounds dialing a peer.
+	ConnectTimeout units.Duration `json:"connect_timeout"`
+	// OpTimeout fails the ops on a connection that made no progress for
+	// this long (a dead peer).
+	OpTimeout units.Duration `json:"op_timeout"`
+	// BindAddress is the address the data listener binds (Mooncake's
+	// MC_TCP_BIND_ADDRESS); empty binds all interfaces.
+	BindAddress string `json:"bind_address"`
+	// Port is the data listener's port; 0 picks a free one.
+	Port int `json:"port"`
+}
+
+// DefaultOptions are the options used for keys the config leaves out.
+func DefaultOptions() Options {
+	return Options{
+		Connections:    4,
+		ChunkSize:      units.Size(1 << 20),
+		ConnectTimeout: units.Duration(5 * time.Second),
+		OpTimeout:      units.Duration(30 * time.Second),
+	}
+}
+
+func (o Options) validate() error {
+	bad := func(key string, v any, allowed string) error {
+		return fmt.Errorf("tcp: option transports.tcp.%s = %v: %s: %w", key, v, allowed, plugins.ErrInvalidArgument)
+	}
+	switch {
+	case o.Connections < 1 || o.Connections > 64:
+		return bad("connections", o.Connections, "must be between 1 and 64")
+	case o.ChunkSize < 4096 || o.ChunkSize > wire.MaxLength:
+		return bad("chunk_size", units.FormatSize(uint64(o.ChunkSize)), "must be between 4KiB and 256MiB")
+	case o.ConnectTimeout <= 0:
+		return bad("connect_timeout", time.Duration(o.ConnectTimeout), "must be positive")
+	case o.OpTimeout <= 0:
+		return bad("op_timeout", time.Duration(o.OpTimeout), "must be positive")
+	case o.Port < 0 || o.Port > 65535:
+		return bad("port", o.Port, "must be between 0 and 65535")
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+// Package tcp is kvconnect's pure-Go TCP transport, the one that runs
+// everywhere and ends every fallback chain.
+//
+// Framing is internal/wire: a fixed 40-byte header per request. Each peer
+// gets several connections (transports.tcp.connections); ops larger than
+// chunk_size are split into chunks striped across them, requests are
+// pipelined, and payload moves between the socket and region memory
+// without intermediate buffers (the small receive buffer only batches
+// headers). The side that owns the memory checks every request against its
+// registered regions and answers bad ones with an error status.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/internal/regions"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// Name is the transport's name in configs and descriptors.
+const Name = "tcp"
+
+// Version is the transport implementation's version.
+const Version = "0.1.0"
+
+var _ plugins.Transport = (*Transport)(nil)
+
+// Transport is the TCP transport. The zero value is not usable; call New.
+type Transport struct {
+	mu      sync.Mutex
+	state   int // stateNew, stateUp, stateClosed
+	opts    Options
+	log     *zap.Logger
+	ln      net.Listener
+	peers   map[plugins.PeerID]*peer
+	nextID  plugins.PeerID
+	targets map[*targetConn]struct{}
+
+	regions regions.Table
+	wg      sync.WaitGroup // accept loop, target conns, watchdog
+	stop    chan struct{}
+}
+
+const (
+	stateNew = iota
+	stateUp
+	stateClosed
+)
+
+// New returns a TCP transport. It does nothing until Init.
+func New() *Transport {
+	return &Transport{
+		log:     zap.NewNop(),
+		peers:   map[plugins.PeerID]*peer{},
+		targets: map[*targetConn]struct{}{},
+		stop:    make(chan struct{}),
+	}
+}
+
+// Info describes the transport.
+func (t *Transport) Info(ctx context.Context) (plugins.Info, error) {
+	return plugins.Info{
+		Name:         Name,
+		Version:      Version,
+		APIVersion:   plugins.APIVersion,
+		Capabilities: plugins.CapRead | plugins.CapWrite | plugins.CapAbsoluteAddress,
+	}, nil
+}
+
+// Init parses the options, binds the data listener and starts serving.
+func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
+	opts := DefaultOptions()
+	if err := plugins.DecodeOptions(Name, req.Options, &opts); err != nil {
+		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
+	}
+	if err := opts.validate(); err != nil {
+		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch t.state {
+	case stateUp:
+		return plugins.InitResult{}, fmt.Errorf("tcp: Init called twice: %w", plugins.ErrInvalidArgument)
+	case stateClosed:
+		return plugins.InitResult{}, fmt.Errorf("tcp: Init after Close: %w", plugins.ErrClosed)
+	}
+	if req.Logger != nil {
+		t.log = req.Logger
+	}
+	bind := net.JoinHostPort(opts.BindAddress, strconv.Itoa(opts.Port))
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", bind)
+	if err != nil {
+		ie := initError(plugins.StepBind, fmt.Sprintf("cannot listen on %s: %v", bind, err), fmt.Errorf("%w: %w", plugins.ErrUnavailable, err))
+		ie.Hints = []string{"set transports.tcp.port to a free port or 0", "check transports.tcp.bind_address (MC_TCP_BIND_ADDRESS) names an address of this host"}
+		return plugins.InitResult{}, ie
+	}
+	t.opts = opts
+	t.ln = ln
+	t.state = stateUp
+	port := ln.Addr().(*net.TCPAddr).Port
+	host := advertisedHost(req.Hostname, ln.Addr().(*net.TCPAddr).IP)
+	endpoint := net.JoinHostPort(host, strconv.Itoa(port))
+	t.wg.Add(2)
+	go t.acceptLoop(ln)
+	go t.watchdog()
+	t.log.Info("tcp transport up", zap.String("listen", ln.Addr().String()), zap.String("endpoint", endpoint),
+		zap.Int("connections", opts.Connections), zap.Uint64("chunk_size", uint64(opts.ChunkSize)))
+	return plugins.InitResult{Endpoint: []byte(endpoint), Summary: "tcp " + endpoint}, nil
+}
+
+// advertisedHost picks the host peers should dial: the configured hostname
+// (without any :port suffix), else the bound IP, else loopback.
+func advertisedHost(hostname string, bound net.IP) string {
+	if hostname != "" {
+		if h, _, err := net.SplitHostPort(hostname); err == nil {
+			return h
+		}
+		return hostname
+	}
+	if bound != nil && !bound.IsUnspecified() {
+		return bound.String()
+	}
+	return "127.0.0.1"
+}
+
+func initError(step, cause string, err error) *plugins.InitError {
+	return &plugins.InitError{Transport: Name, Step: step, Cause: cause, Err: err}
+}
+
+func (t *Transport) up() error {
+	switch t.state {
+	case stateNew:
+		return fmt.Errorf("tcp: %w", plugins.ErrNotInitialized)
+	case stateClosed:
+		return fmt.Errorf("tcp: %w", plugins.ErrClosed)
+	}
+	return nil
+}
+
+// RegisterRegion makes r's memory available to local ops and to peers.
+func (t *Transport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
+	t.mu.Lock()
+	err := t.up()
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.regions.Add(uint64(r.ID), r.Addr, r.Mem); err != nil {
+		return nil, fmt.Errorf("tcp: register: %w", err)
+	}
+	return nil, nil
+}
+
+// DeregisterRegion waits for ops on the region to end, then forgets it.
+func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) error {
+	if err := t.regions.Remove(ctx, uint64(id)); err != nil {
+		return fmt.Errorf("tcp: deregister: %w", err)
+	}
+	return nil
+}
+
+// Connect dials the peer's data endpoint with every connection.
+func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins.PeerID, error) {
+	addr := string(info.Endpoint)
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return 0, fmt.Errorf("tcp: peer %q endpoint %q is not host:port: %w", info.Name, addr, plugins.ErrInvalidArgument)
+	}
+	t.mu.Lock()
+	if err := t.up(); err != nil {
+		t.mu.Unlock()
+		return 0, err
+	}
+	t.nextID++
+	p := newPeer(t, t.nextID, info.Name, addr)
+	t.mu.Unlock()
+	if err := p.dialAll(ctx); err != nil {
+		p.close(plugins.ErrClosed)
+		return 0, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.up(); err != nil {
+		p.close(plugins.ErrClosed)
+		return 0, err
+	}
+	t.peers[p.id] = p
+	return p.id, nil
+}
+
+// Disconnect closes a peer; ops in flight to it fail with ErrClosed.
+func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("tcp: peer %d: %w", id, plugins.ErrUnknownPeer)
+	}
+	p.close(fmt.Errorf("tcp: peer %s disconnected: %w", p.name, plugins.ErrClosed))
+	return nil
+}
+
+// Close stops serving, fails ops in flight, and forgets all regions. It is
+// idempotent.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.state == stateClosed {
+		t.mu.Unlock()
+		return nil
+	}
+	wasUp := t.state == stateUp
+	t.state = stateClosed
+	peers := t.peers
+	t.peers = map[plugins.PeerID]*peer{}
+	targets := t.targets
+	t.targets = map[*targetConn]struct{}{}
+	ln := t.ln
+	t.mu.Unlock()
+
+	close(t.stop)
+	var errs []error
+	if ln != nil {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	closedErr := fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
+	for _, p := range peers {
+		p.close(closedErr)
+	}
+	for tc := range targets {
+		tc.nc.Close()
+	}
+	t.wg.Wait()
+	if err := t.regions.RemoveAll(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if wasUp {
+		t.log.Info("tcp transport closed")
+	}
+	return errors.Join(errs...)
+}
+
+// watchdog fails connections that have work outstanding but made no
+// progress for op_timeout: the peer is dead or wedged.
+func (t *Transport) watchdog() {
+	defer t.wg.Done()
+	timeout := time.Duration(t.opts.OpTimeout)
+	tick := max(timeout/8, 5*time.Millisecond)
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tk.C:
+			t.mu.Lock()
+			var conns []*conn
+			for _, p := range t.peers {
+				conns = p.appendConns(conns)
+			}
+			t.mu.Unlock()
+			for _, c := range conns {
+				c.checkStalled(now, timeout)
+			}
+		}
+	}
+}
+
+func (t *Transport) peer(id plugins.PeerID) (*peer, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.up(); err != nil {
+		return nil, err
+	}
+	p, ok := t.peers[id]
+	if !ok {
+		return nil, fmt.Errorf("tcp: peer %d: %w", id, plugins.ErrUnknownPeer)
+	}
+	return p, nil
+}
