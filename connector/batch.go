@@ -1,0 +1,219 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// OpStatus is an op's state, as Mooncake reports transfer status.
+type OpStatus int
+
+const (
+	StatusPending   OpStatus = iota // not finished
+	StatusCompleted                 // done
+	StatusFailed                    // failed; see the op's error
+	StatusTimeout                   // did not finish within its timeout
+	StatusCanceled                  // canceled by the caller
+)
+
+func (s OpStatus) String() string {
+	switch s {
+	case StatusPending:
+		return "PENDING"
+	case StatusCompleted:
+		return "COMPLETED"
+	case StatusFailed:
+		return "FAILED"
+	case StatusTimeout:
+		return "TIMEOUT"
+	case StatusCanceled:
+		return "CANCELED"
+	}
+	return fmt.Sprintf("OpStatus(%d)", int(s))
+}
+
+// StatusOf classifies an op's error.
+func StatusOf(err error) OpStatus {
+	switch {
+	case err == nil:
+		return StatusCompleted
+	case errors.Is(err, ErrTimeout):
+		return StatusTimeout
+	case errors.Is(err, ErrCanceled):
+		return StatusCanceled
+	}
+	return StatusFailed
+}
+
+// Batch is a set of ops submitted together. Its ops complete in any order;
+// Wait returns when all have.
+type Batch struct {
+	ops     []Op
+	results []OpResult
+	done    chan struct{}
+	err     error // batch-level error, set before done closes
+	start   time.Time
+	elapsed time.Duration
+	once    sync.Once
+}
+
+// Done is closed when every op has completed.
+func (b *Batch) Done() <-chan struct{} { return b.done }
+
+// Wait waits for the batch (or ctx) and returns nil if every op completed,
+// else a *BatchError (or the batch-level error).
+func (b *Batch) Wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return fmt.Errorf("connector: waiting for batch: %w", contextError(ctx.Err()))
+	}
+	return b.Err()
+}
+
+// Err is the batch's outcome once Done is closed (nil before).
+func (b *Batch) Err() error {
+	select {
+	case <-b.done:
+	default:
+		return nil
+	}
+	var be *BatchError
+	for i, r := range b.results {
+		if r.Err != nil {
+			if be == nil {
+				be = &BatchError{Total: len(b.results), First: r.Err, Index: i}
+			}
+			be.Failed++
+		}
+	}
+	if be != nil {
+		return be
+	}
+	return b.err
+}
+
+// Results are the per-op outcomes once Done is closed.
+func (b *Batch) Results() []OpResult {
+	select {
+	case <-b.done:
+		return b.results
+	default:
+		return nil
+	}
+}
+
+// Status is op i's state.
+func (b *Batch) Status(i int) OpStatus {
+	select {
+	case <-b.done:
+		return StatusOf(b.results[i].Err)
+	default:
+		return StatusPending
+	}
+}
+
+// Elapsed is how long the batch took (0 until Done).
+func (b *Batch) Elapsed() time.Duration {
+	select {
+	case <-b.done:
+		return b.elapsed
+	default:
+		return 0
+	}
+}
+
+// Submit starts a batch of ops against peer and returns at once. The batch
+// is bounded by ctx, or by transfer_timeout when ctx has no deadline.
+// The ops slice must not change until the batch is done.
+func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if p == nil || p.c != c {
+		return nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
+	}
+	if p.isClosed() {
+		return nil, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
+	}
+	b := &Batch{ops: ops, results: make([]OpResult, len(ops)), done: make(chan struct{}), start: time.Now()}
+	if len(ops) == 0 {
+		close(b.done)
+		return b, nil
+	}
+	if c.trInfo.Capabilities&plugins.CapAbsoluteAddress == 0 {
+		// Translate absolute remote addresses with the peer's descriptor.
+		ops = append([]Op(nil), ops...)
+		for i := range ops {
+			if ops[i].RemoteRegion == 0 {
+				buf, err := remoteRegionAt(&p.desc, ops[i].RemoteOffset, ops[i].Length)
+				if err != nil {
+					return nil, fmt.Errorf("connector: op %d: %w", i, err)
+				}
+				ops[i].RemoteRegion, ops[i].RemoteOffset = RegionID(buf.ID), ops[i].RemoteOffset-buf.Addr
+			}
+		}
+	}
+	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		err := c.tr.Transfer(ctx, p.id, ops, b.results)
+		if err != nil {
+			b.err = fmt.Errorf("connector: batch of %d ops to %s: %w", len(ops), p.session, err)
+		}
+		b.elapsed = time.Since(b.start)
+		close(b.done)
+	}()
+	return b, nil
+}
+
+// Transfer runs ops against peer and waits for them.
+func (c *Connector) Transfer(ctx context.Context, p *Peer, ops ...Op) error {
+	b, err := c.Submit(ctx, p, ops)
+	if err != nil {
+		return err
+	}
+	return b.Wait(context.WithoutCancel(ctx))
+}
+
+// TransferSyncWrite writes length bytes from local address localAddr to
+// the peer's address remoteAddr, as Mooncake's transfer_sync_write does.
+// The peer is opened (and cached) on first use.
+func (c *Connector) TransferSyncWrite(ctx context.Context, session string, localAddr, remoteAddr, length uint64) error {
+	return c.BatchTransferSync(ctx, OpWrite, session, []uint64{localAddr}, []uint64{remoteAddr}, []uint64{length})
+}
+
+// TransferSyncRead reads length bytes from the peer's remoteAddr into
+// local address localAddr.
+func (c *Connector) TransferSyncRead(ctx context.Context, session string, localAddr, remoteAddr, length uint64) error {
+	return c.BatchTransferSync(ctx, OpRead, session, []uint64{localAddr}, []uint64{remoteAddr}, []uint64{length})
+}
+
+// BatchTransferSync runs one op per (local, remote, length) triple, all
+// of kind, as Mooncake's batch_transfer_sync_write/read do.
+func (c *Connector) BatchTransferSync(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) error {
+	if len(localAddrs) != len(remoteAddrs) || len(localAddrs) != len(lengths) {
+		return fmt.Errorf("connector: %d local addresses, %d remote addresses and %d lengths: the lists must be the same length: %w",
+			len(localAddrs), len(remoteAddrs), len(lengths), ErrInvalidArgument)
+	}
+	p, err := c.Open(ctx, session)
+	if err != nil {
+		return err
+	}
+	ops := make([]Op, len(localAddrs))
+	for i := range ops {
+		r, err := c.regionAt(localAddrs[i], lengths[i])
+		if err != nil {
+			return fmt.Errorf("connector: op %d: %w", i, err)
+		}
+		ops[i] = Op{Kind: kind, LocalRegion: r.id, LocalOffset: localAddrs[i] - r.addr, RemoteOffset: remoteAddrs[i], Length: lengths[i]}
+	}
+	return c.Transfer(ctx, p, ops...)
+}

@@ -1,0 +1,120 @@
+package connector
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// MetadataP2P is the metadata mode in which peers exchange segment
+// descriptors directly over their RPC ports (Mooncake's P2PHANDSHAKE).
+const MetadataP2P = "P2PHANDSHAKE"
+
+// Config is what a connector needs. The zero value plus a Protocol works:
+// unset fields take the defaults documented on each field. Package config
+// loads it from files, vLLM/SGLang settings, environment and flags.
+type Config struct {
+	// Hostname is the host peers use to reach this node. Default 127.0.0.1.
+	Hostname string `koanf:"hostname" json:"hostname"`
+	// RPCPort is the handshake port; 0 picks a free one.
+	RPCPort int `koanf:"rpc_port" json:"rpc_port"`
+	// Protocol is the transport to use: tcp (default).
+	Protocol string `koanf:"protocol" json:"protocol"`
+	// Metadata is the metadata mode; only P2PHANDSHAKE (default) for now.
+	Metadata string `koanf:"metadata" json:"metadata"`
+	// DeviceName is passed to the transport (RDMA device list and so on).
+	DeviceName string `koanf:"device_name" json:"device_name"`
+	// PluginDir is searched first for kvconnect-transport-<name> binaries.
+	PluginDir string `koanf:"plugin_dir" json:"plugin_dir"`
+	// ConnectTimeout bounds opening a peer (handshake + transport connect).
+	// Default 10s.
+	ConnectTimeout time.Duration `koanf:"connect_timeout" json:"connect_timeout"`
+	// TransferTimeout bounds a batch whose context has no deadline
+	// (Mooncake's MC_TRANSFER_TIMEOUT). Default 30s.
+	TransferTimeout time.Duration `koanf:"transfer_timeout" json:"transfer_timeout"`
+	// MaxHandshakeFrame bounds one handshake frame. Default 16 MiB.
+	MaxHandshakeFrame int `koanf:"max_handshake_frame" json:"max_handshake_frame"`
+	// Transports holds each transport's own options subtree
+	// (transports.tcp.connections, ...), handed to it as JSON.
+	Transports map[string]map[string]any `koanf:"transports" json:"transports,omitempty"`
+}
+
+// Defaults used for zero fields.
+const (
+	DefaultHostname          = "127.0.0.1"
+	DefaultProtocol          = "tcp"
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultTransferTimeout   = 30 * time.Second
+	DefaultMaxHandshakeFrame = 16 << 20
+)
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Hostname == "" {
+		c.Hostname = DefaultHostname
+	}
+	if c.Protocol == "" {
+		c.Protocol = DefaultProtocol
+	}
+	if c.Metadata == "" {
+		c.Metadata = MetadataP2P
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.TransferTimeout == 0 {
+		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.MaxHandshakeFrame == 0 {
+		c.MaxHandshakeFrame = DefaultMaxHandshakeFrame
+	}
+	return c
+}
+
+// Validate checks the config and names the first bad field.
+func (c Config) Validate() error {
+	bad := func(key string, v any, allowed string) error {
+		return fmt.Errorf("connector: config %s = %v: %s: %w", key, v, allowed, ErrInvalidArgument)
+	}
+	if strings.ContainsAny(c.Hostname, " /") {
+		return bad("hostname", fmt.Sprintf("%q", c.Hostname), "must be a host name or IP address")
+	}
+	if c.RPCPort < 0 || c.RPCPort > 65535 {
+		return bad("rpc_port", c.RPCPort, "must be between 0 and 65535 (0 picks a free port)")
+	}
+	if c.Protocol != "" && !validName(c.Protocol) {
+		return bad("protocol", fmt.Sprintf("%q", c.Protocol), "must be a transport name like tcp, rdma, ucx, efa, ascend")
+	}
+	if c.Metadata != "" && c.Metadata != MetadataP2P {
+		return fmt.Errorf("connector: config metadata = %q: only %s is supported yet (etcd://, http:// and redis:// metadata services are planned): %w", c.Metadata, MetadataP2P, ErrNotSupported)
+	}
+	if c.ConnectTimeout < 0 {
+		return bad("connect_timeout", c.ConnectTimeout, "must not be negative")
+	}
+	if c.TransferTimeout < 0 {
+		return bad("transfer_timeout", c.TransferTimeout, "must not be negative")
+	}
+	if c.MaxHandshakeFrame < 0 || (c.MaxHandshakeFrame > 0 && c.MaxHandshakeFrame < 4096) {
+		return bad("max_handshake_frame", c.MaxHandshakeFrame, "must be at least 4096 bytes")
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// splitSession checks a session id (host:port) and returns its parts.
+func splitSession(session string) (string, string, error) {
+	host, port, err := net.SplitHostPort(session)
+	if err != nil || host == "" || port == "" {
+		return "", "", fmt.Errorf("connector: session id %q: want host:port, e.g. 10.0.0.2:15001: %w", session, ErrInvalidArgument)
+	}
+	return host, port, nil
+}
