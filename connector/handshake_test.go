@@ -1,0 +1,125 @@
+package connector
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeFrame(&buf, frameMetadata, []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	typ, body, err := readFrame(&buf, 1<<20)
+	if err != nil || typ != frameMetadata || string(body) != `{"a":1}` {
+		t.Fatalf("got %d %q %v", typ, body, err)
+	}
+}
+
+func TestFrameRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		hdr  []byte
+	}{
+		{"zero length", frameHeader(0)},
+		{"too long", frameHeader(1 << 30)},
+		{"short", []byte{1, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeFrameHeader(tt.hdr, 1<<20)
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("got %v, want ErrProtocol", err)
+			}
+		})
+	}
+}
+
+func frameHeader(n uint64) []byte {
+	b := make([]byte, 9)
+	binary.LittleEndian.PutUint64(b, n)
+	return b
+}
+
+func TestDecodeDescriptorRejects(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":     `{`,
+		"no name":      `{"transports":[]}`,
+		"zero id":      `{"name":"h:1","buffers":[{"id":0,"addr":1,"length":1}]}`,
+		"empty buffer": `{"name":"h:1","buffers":[{"id":1,"addr":1,"length":0}]}`,
+		"wraps":        `{"name":"h:1","buffers":[{"id":1,"addr":18446744073709551615,"length":2}]}`,
+	} {
+		if _, err := decodeDescriptor([]byte(body)); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: got %v, want ErrProtocol", name, err)
+		}
+	}
+}
+
+func TestRemoteRegionAt(t *testing.T) {
+	d := &SegmentDescriptor{Name: "p:1", Buffers: []BufferDescriptor{{ID: 1, Addr: 1000, Length: 100}, {ID: 2, Addr: 5000, Length: 10}}}
+	tests := []struct {
+		addr, length uint64
+		id           uint64
+		want         error
+	}{
+		{1000, 100, 1, nil},
+		{1099, 1, 1, nil},
+		{1099, 2, 0, ErrOutOfBounds},
+		{5005, 5, 2, nil},
+		{1100, 1, 0, ErrUnknownRegion},
+		{999, 1, 0, ErrUnknownRegion},
+	}
+	for _, tt := range tests {
+		b, err := remoteRegionAt(d, tt.addr, tt.length)
+		if !errors.Is(err, tt.want) || (err == nil && b.ID != tt.id) {
+			t.Errorf("remoteRegionAt(%d, %d) = %d, %v; want %d, %v", tt.addr, tt.length, b.ID, err, tt.id, tt.want)
+		}
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	var buf bytes.Buffer
+	writeFrame(&buf, frameNotify, []byte(`{"name":"x"}`))
+	f.Add(buf.Bytes())
+	f.Add(frameHeader(0))
+	f.Add(append(frameHeader(3), 1, '{', '}'))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		typ, body, err := readFrame(bytes.NewReader(data), 4096)
+		if err != nil {
+			return
+		}
+		if len(body)+1 > 4096 {
+			t.Fatalf("accepted a %d-byte frame over the 4096 limit", len(body)+1)
+		}
+		var out bytes.Buffer
+		writeFrame(&out, typ, body)
+		if !bytes.Equal(out.Bytes(), data[:9+len(body)]) {
+			t.Fatal("re-encoded frame differs")
+		}
+	})
+}
+
+func FuzzDecodeDescriptor(f *testing.F) {
+	good, _ := json.Marshal(SegmentDescriptor{Name: "127.0.0.1:1", Protocol: "tcp",
+		Transports: []TransportEndpoint{{Name: "tcp", Endpoint: []byte("127.0.0.1:2")}},
+		Buffers:    []BufferDescriptor{{ID: 1, Addr: 4096, Length: 4096}}})
+	f.Add(good)
+	f.Add([]byte(`{"name":"a","buffers":[{"id":1,"addr":1,"length":1}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := decodeDescriptor(data)
+		if err != nil {
+			return
+		}
+		if d.Name == "" {
+			t.Fatal("accepted a descriptor without a name")
+		}
+		for _, b := range d.Buffers {
+			if b.ID == 0 || b.Length == 0 || b.Addr+b.Length < b.Addr {
+				t.Fatalf("accepted a bad buffer %+v", b)
+			}
+		}
+	})
+}
