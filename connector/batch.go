@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/kvconnect/kvconnect/plugins"
@@ -59,7 +58,6 @@ type Batch struct {
 	err     error // batch-level error, set before done closes
 	start   time.Time
 	elapsed time.Duration
-	once    sync.Once
 }
 
 // Done is closed when every op has completed.

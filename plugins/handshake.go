@@ -42,8 +42,7 @@ func versionedPlugins() map[int]plugin.PluginSet {
 // grpcPlugin binds the Transport to go-plugin's gRPC plumbing.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	server *grpcServer // plugin side
-	client *grpcClient // host side, filled by GRPCClient
+	server *grpcServer // plugin side only
 }
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {

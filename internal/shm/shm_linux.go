@@ -51,7 +51,7 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	}
 	page := uint64(unix.Getpagesize())
 	start := offset &^ (page - 1)
-	full, err := unix.Mmap(int(f.Fd()), int64(start), int(offset-start)+size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	full, err := unix.Mmap(int(f.Fd()), int64(start), int(offset-start)+size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, err)
 	}
@@ -60,7 +60,7 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 }
 
 func mapFile(f *os.File, size int) ([]byte, error) {
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes: %w", size, err)
 	}
