@@ -13,7 +13,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
 # Debian packages the build, tests and code generation need.
-DEB_PACKAGES := protobuf-compiler
+DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric-dev
 
 .PHONY: all deps build generate check-generate demo test test-short lint fuzz clean
 

@@ -18,12 +18,12 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 
-	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // ErrInvalid is wrapped by every configuration error.
-var ErrInvalid = connector.ErrInvalidArgument
+var ErrInvalid = plugins.ErrInvalidArgument
 
 // EnvConfigFile names the config file when --config is not given.
 const EnvConfigFile = "KVCONNECT_CONFIG"
@@ -48,7 +48,7 @@ type Value struct {
 
 // Loaded is the result of Load.
 type Loaded struct {
-	Config    connector.Config
+	Config    Config
 	LogLevel  string
 	LogFormat string
 	values    map[string]Value
@@ -446,15 +446,6 @@ func show(v any) string {
 	return string(b)
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // checkValues checks what the types alone do not, naming each value's
 // source.
 func checkValues(l *Loaded) error {
@@ -465,10 +456,10 @@ func checkValues(l *Loaded) error {
 	if p := l.Config.Protocol; !validTransportName(p) {
 		return bad("protocol", "want a transport name: "+strings.Join(knownTransports, ", ")+" or a plugin's name"+suggestion(p, knownTransports))
 	}
-	if m := l.Config.Metadata; m != connector.MetadataP2P {
+	if m := l.Config.Metadata; m != MetadataP2P {
 		v := l.values["metadata"]
 		return fmt.Errorf("config: metadata = %s (from %s): only %s is supported yet; etcd://, http:// and redis:// metadata services are planned: %w",
-			show(v.Value), v.Source, connector.MetadataP2P, connector.ErrNotSupported)
+			show(v.Value), v.Source, MetadataP2P, plugins.ErrNotSupported)
 	}
 	if h := l.Config.Hostname; h == "" || strings.ContainsAny(h, " /") {
 		return bad("hostname", "want a host name or IP address")

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/kvconnect/kvconnect/connector"
 )
 
 type kind int
@@ -63,19 +61,19 @@ var settings = []setting{
 		help: "transport to use first: tcp, rdma, ucx, efa, ascend, or a third-party plugin's name"},
 	{key: "device_name", kind: kindString, def: "", flag: "device-name",
 		help: `device(s) for the transport: empty = auto, "mlx5_0", "mlx5_0,mlx5_1", a JSON map per local device index, or a path to a .json file holding that map`},
-	{key: "hostname", kind: kindString, def: connector.DefaultHostname, flag: "hostname",
+	{key: "hostname", kind: kindString, def: DefaultHostname, flag: "hostname",
 		help: "host (name or IP) peers use to reach this node"},
 	{key: "rpc_port", kind: kindInt, def: int64(0), flag: "rpc-port", min: 0, max: 65535,
 		help: "handshake port; 0 picks a free one"},
-	{key: "metadata", kind: kindString, def: connector.MetadataP2P, flag: "metadata",
+	{key: "metadata", kind: kindString, def: MetadataP2P, flag: "metadata",
 		help: "metadata mode: P2PHANDSHAKE (etcd://, http://, redis:// are planned)"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
-	{key: "connect_timeout", kind: kindDuration, def: connector.DefaultConnectTimeout, flag: "connect-timeout",
+	{key: "connect_timeout", kind: kindDuration, def: DefaultConnectTimeout, flag: "connect-timeout",
 		help: "bound on opening a peer"},
-	{key: "transfer_timeout", kind: kindDuration, def: connector.DefaultTransferTimeout, flag: "transfer-timeout",
+	{key: "transfer_timeout", kind: kindDuration, def: DefaultTransferTimeout, flag: "transfer-timeout",
 		help: "bound on a batch (Mooncake's MC_TRANSFER_TIMEOUT)"},
-	{key: "max_handshake_frame", kind: kindSize, def: uint64(connector.DefaultMaxHandshakeFrame), flag: "",
+	{key: "max_handshake_frame", kind: kindSize, def: uint64(DefaultMaxHandshakeFrame), flag: "",
 		help: "largest handshake frame accepted"},
 	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: []string{"debug", "info", "warn", "error"},
 		help: "log level"},

@@ -24,8 +24,16 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/plugins"
 )
+
+// Config is a node's configuration; see package config for the fields,
+// defaults and the layered loader.
+type Config = config.Config
+
+// MetadataP2P is the P2P handshake metadata mode.
+const MetadataP2P = config.MetadataP2P
 
 // Re-exported SDK types, so embedders need only this package.
 type (
@@ -127,7 +135,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	c := &Connector{
 		cfg: cfg, opts: o, log: o.log, started: time.Now(),
 		regions: map[RegionID]*Region{}, peers: map[string]*Peer{},
@@ -396,3 +404,12 @@ func remoteError(session string, er errorReply) error {
 }
 
 func contextError(err error) error { return plugins.ContextError(err) }
+
+// splitSession checks a session id (host:port) and returns its parts.
+func splitSession(session string) (string, string, error) {
+	host, port, err := net.SplitHostPort(session)
+	if err != nil || host == "" || port == "" {
+		return "", "", fmt.Errorf("connector: session id %q: want host:port, e.g. 10.0.0.2:15001: %w", session, ErrInvalidArgument)
+	}
+	return host, port, nil
+}
