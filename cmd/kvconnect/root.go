@@ -16,9 +16,15 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	config.RegisterFlags(root.PersistentFlags())
-	root.AddCommand(newServeCommand(), newVersionCommand())
+	for _, newCmd := range subcommands {
+		root.AddCommand(newCmd())
+	}
 	return root
 }
+
+// subcommands are added to the root command; each command's file appends
+// its constructor in an init function.
+var subcommands []func() *cobra.Command
 
 // loadConfig loads the layered configuration for cmd and builds its logger.
 func loadConfig(cmd *cobra.Command) (*config.Loaded, *zap.Logger, error) {

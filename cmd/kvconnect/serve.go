@@ -14,6 +14,8 @@ import (
 	"github.com/kvconnect/kvconnect/internal/units"
 )
 
+func init() { subcommands = append(subcommands, newServeCommand) }
+
 func newServeCommand() *cobra.Command {
 	var alloc string
 	cmd := &cobra.Command{

@@ -10,6 +10,8 @@ import (
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
+func init() { subcommands = append(subcommands, newVersionCommand) }
+
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
