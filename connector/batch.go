@@ -130,11 +130,11 @@ func (b *Batch) Elapsed() time.Duration {
 // is bounded by ctx, or by transfer_timeout when ctx has no deadline.
 // The ops slice must not change until the batch is done.
 func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, error) {
-	if err := c.usable(); err != nil {
-		return nil, err
-	}
 	if p == nil || p.c != c {
 		return nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
+	}
+	if err := c.usableOn(p.at); err != nil {
+		return nil, err
 	}
 	if p.isClosed() {
 		return nil, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
@@ -144,7 +144,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 		close(b.done)
 		return b, nil
 	}
-	if c.trInfo.Capabilities&plugins.CapAbsoluteAddress == 0 {
+	if p.at.info.Capabilities&plugins.CapAbsoluteAddress == 0 {
 		// Translate absolute remote addresses with the peer's descriptor.
 		ops = append([]Op(nil), ops...)
 		for i := range ops {
@@ -162,7 +162,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		err := c.tr.Transfer(ctx, p.id, ops, b.results)
+		err := p.at.tr.Transfer(ctx, p.id, ops, b.results)
 		if err != nil {
 			b.err = fmt.Errorf("connector: batch of %d ops to %s: %w", len(ops), p.session, err)
 		}

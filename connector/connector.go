@@ -59,6 +59,7 @@ type options struct {
 	log        *zap.Logger
 	inProcess  map[string]TransportFactory
 	launchHook func(*plugins.LaunchConfig)
+	keepTCP    bool
 }
 
 // WithLogger sets the logger. Default: no logging.
@@ -76,25 +77,45 @@ func WithLaunchHook(h func(*plugins.LaunchConfig)) Option {
 	return func(o *options) { o.launchHook = h }
 }
 
+// WithKeepTCP says whether a node whose chain ended on another transport
+// also keeps tcp up, so peers that fell back to tcp can still reach it.
+// Default true.
+func WithKeepTCP(keep bool) Option { return func(o *options) { o.keepTCP = keep } }
+
+// activeTransport is a transport that came up.
+type activeTransport struct {
+	name   string
+	tr     plugins.Transport
+	plugin *plugins.Plugin // nil when in-process
+	info   plugins.Info
+	res    plugins.InitResult
+
+	crashed error // guarded by Connector.mu
+}
+
+func (at *activeTransport) mode() string {
+	if at.plugin != nil {
+		return "plugin"
+	}
+	return "in-process"
+}
+
 // Connector is one kvconnect node.
 type Connector struct {
 	cfg  Config
 	opts options
 	log  *zap.Logger
 
-	tr       plugins.Transport
-	plugin   *plugins.Plugin // nil when the transport runs in-process
-	trName   string
-	trInfo   plugins.Info
-	trResult plugins.InitResult
-	rpc      *rpcServer
-	endpoint string
-	started  time.Time
-	attempts []Attempt
+	// transports that came up, in preference order: the chain's survivor
+	// first, then tcp if kept up beside it. Fixed after New.
+	transports []*activeTransport
+	attempts   []Attempt
+	rpc        *rpcServer
+	endpoint   string
+	started    time.Time
 
 	mu         sync.Mutex
 	closed     bool
-	crashed    error // set when the plugin process died
 	regions    map[RegionID]*Region
 	nextRegion RegionID
 	peers      map[string]*Peer
@@ -102,33 +123,43 @@ type Connector struct {
 	wg         sync.WaitGroup
 }
 
-// Attempt is one try at bringing a transport up.
-type Attempt struct {
-	Transport string        `json:"transport"`
-	Err       error         `json:"-"`
-	Error     string        `json:"error,omitempty"`
-	Duration  time.Duration `json:"duration"`
+// TransportStatus describes one transport the node has up.
+type TransportStatus struct {
+	Name      string `json:"name"`
+	Summary   string `json:"summary"` // its endpoint, for people
+	Mode      string `json:"mode"`    // "plugin" or "in-process"
+	PluginPID int    `json:"plugin_pid,omitempty"`
+	Plugin    string `json:"plugin,omitempty"` // plugin binary
+	Healthy   bool   `json:"healthy"`
+	Problem   string `json:"problem,omitempty"`
 }
 
 // Status describes a running connector.
 type Status struct {
-	Session   string    `json:"session"`   // this node's session id, host:port
-	Transport string    `json:"transport"` // the active transport
-	Summary   string    `json:"summary"`   // its endpoint, for people
-	Mode      string    `json:"mode"`      // "plugin" or "in-process"
-	PluginPID int       `json:"plugin_pid,omitempty"`
-	Plugin    string    `json:"plugin,omitempty"` // plugin binary
-	Regions   int       `json:"regions"`
-	Peers     int       `json:"peers"`
-	Attempts  []Attempt `json:"attempts"`
-	Healthy   bool      `json:"healthy"`
-	Problem   string    `json:"problem,omitempty"`
+	Session   string `json:"session"`   // this node's session id, host:port
+	Transport string `json:"transport"` // the preferred active transport
+	Summary   string `json:"summary"`
+	Mode      string `json:"mode"` // of the preferred transport
+	PluginPID int    `json:"plugin_pid,omitempty"`
+	Plugin    string `json:"plugin,omitempty"`
+	// Transports are all transports up, in preference order.
+	Transports []TransportStatus `json:"transports"`
+	// Attempts are the chain's tries, in order, with their durations and
+	// diagnoses.
+	Attempts []Attempt `json:"attempts"`
+	Fallback bool      `json:"fallback"` // the preferred transport is not the configured protocol
+	Regions  int       `json:"regions"`
+	Peers    int       `json:"peers"`
+	Healthy  bool      `json:"healthy"`
+	Problem  string    `json:"problem,omitempty"`
 }
 
-// New starts a node: it brings up the configured transport, then listens
-// for handshakes on the RPC port. Close releases everything.
+// New starts a node: it brings up the first transport of the chain
+// (protocol, then fallback) that works, then listens for handshakes on the
+// RPC port. If none works it returns a *ChainError listing every attempt.
+// Close releases everything.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
-	o := options{log: zap.NewNop(), inProcess: map[string]TransportFactory{}}
+	o := options{log: zap.NewNop(), inProcess: map[string]TransportFactory{}, keepTCP: true}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -141,100 +172,47 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		regions: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024),
 	}
-	if err := c.startTransport(ctx); err != nil {
+	if err := c.startChain(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.startRPC(); err != nil {
-		c.closeTransport(context.Background())
+		c.closeTransports(context.Background())
+		c.wg.Wait()
 		return nil, err
 	}
-	c.log.Info("kvconnect node up", zap.String("session", c.endpoint), zap.String("transport", c.trName),
-		zap.String("endpoint", c.trResult.Summary), zap.String("mode", c.mode()))
+	names := make([]string, len(c.transports))
+	for i, at := range c.transports {
+		names[i] = at.name
+	}
+	c.log.Info("kvconnect node up", zap.String("session", c.endpoint), zap.Strings("transports", names),
+		zap.String("endpoint", c.transports[0].res.Summary), zap.String("mode", c.transports[0].mode()))
 	return c, nil
 }
 
-func (c *Connector) mode() string {
-	if c.plugin != nil {
-		return "plugin"
-	}
-	return "in-process"
-}
+// primary is the preferred transport.
+func (c *Connector) primary() *activeTransport { return c.transports[0] }
 
-// startTransport launches and initialises the configured transport.
-func (c *Connector) startTransport(ctx context.Context) error {
-	name := c.cfg.Protocol
-	start := time.Now()
-	err := c.tryTransport(ctx, name)
-	a := Attempt{Transport: name, Err: err, Duration: time.Since(start)}
-	if err != nil {
-		a.Error = err.Error()
-	}
-	c.attempts = append(c.attempts, a)
-	if err != nil {
-		return fmt.Errorf("connector: transport %s: %w", name, err)
-	}
-	return nil
-}
-
-func (c *Connector) tryTransport(ctx context.Context, name string) error {
-	var tr plugins.Transport
-	if f, ok := c.opts.inProcess[name]; ok {
-		tr = f()
-	} else {
-		lc := plugins.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log}
-		if c.opts.launchHook != nil {
-			c.opts.launchHook(&lc)
+// transport returns the active transport called name.
+func (c *Connector) transport(name string) *activeTransport {
+	for _, at := range c.transports {
+		if at.name == name {
+			return at
 		}
-		p, err := plugins.Launch(ctx, lc)
-		if err != nil {
-			return err
-		}
-		c.plugin = p
-		tr = p
-	}
-	info, err := tr.Info(ctx)
-	if err == nil && info.Name != name {
-		err = fmt.Errorf("connector: plugin for %s says it is transport %q: %w", name, info.Name, ErrProtocol)
-	}
-	var res plugins.InitResult
-	if err == nil {
-		var optsJSON []byte
-		if o := c.cfg.Transports[name]; len(o) > 0 {
-			if optsJSON, err = json.Marshal(o); err != nil {
-				err = fmt.Errorf("connector: transports.%s: %v: %w", name, err, ErrInvalidArgument)
-			}
-		}
-		if err == nil {
-			res, err = tr.Init(ctx, plugins.InitRequest{
-				Hostname: c.cfg.Hostname, Metadata: c.cfg.Metadata, Protocol: c.cfg.Protocol,
-				DeviceName: c.cfg.DeviceName, Options: optsJSON, Logger: c.log.Named(name),
-			})
-		}
-	}
-	if err != nil {
-		tr.Close(context.Background())
-		c.plugin = nil
-		return err
-	}
-	c.tr, c.trName, c.trInfo, c.trResult = tr, name, info, res
-	if c.plugin != nil {
-		c.wg.Add(1)
-		go c.watchPlugin(c.plugin)
 	}
 	return nil
 }
 
 // watchPlugin notices a plugin process that dies while the node runs.
-func (c *Connector) watchPlugin(p *plugins.Plugin) {
+func (c *Connector) watchPlugin(at *activeTransport) {
 	defer c.wg.Done()
-	<-p.Exited()
+	<-at.plugin.Exited()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	c.crashed = fmt.Errorf("connector: transport %s: plugin process %s exited: %w", c.trName, p.Path(), ErrTransportCrashed)
-	c.log.Error("transport plugin died; transfers fail until the node is restarted", zap.String("transport", c.trName), zap.String("plugin", p.Path()))
+	at.crashed = fmt.Errorf("connector: transport %s: plugin process %s exited: %w", at.name, at.plugin.Path(), ErrTransportCrashed)
+	c.log.Error("transport plugin died; transfers on it fail until the node is restarted", zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()))
 }
 
 func (c *Connector) startRPC() error {
@@ -255,24 +233,37 @@ func (c *Connector) startRPC() error {
 // peers pass to Open.
 func (c *Connector) Endpoint() string { return c.endpoint }
 
-// Transport is the name of the active transport.
-func (c *Connector) Transport() string { return c.trName }
+// Transport is the name of the preferred active transport.
+func (c *Connector) Transport() string { return c.primary().name }
 
-// Status reports the active transport, how it was reached and its health.
+// Status reports the transports up, how the chain got there and health.
 func (c *Connector) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	p := c.primary()
 	s := Status{
-		Session: c.endpoint, Transport: c.trName, Summary: c.trResult.Summary, Mode: c.mode(),
-		Regions: len(c.regions), Peers: len(c.peers), Attempts: append([]Attempt(nil), c.attempts...),
-		Healthy: c.crashed == nil && !c.closed,
+		Session: c.endpoint, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
+		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
+		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
 	}
-	if c.plugin != nil {
-		s.PluginPID, s.Plugin = c.plugin.Pid(), c.plugin.Path()
+	if p.plugin != nil {
+		s.PluginPID, s.Plugin = p.plugin.Pid(), p.plugin.Path()
 	}
-	if c.crashed != nil {
-		s.Problem = c.crashed.Error()
-	} else if c.closed {
+	for _, at := range c.transports {
+		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil}
+		if at.plugin != nil {
+			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
+		}
+		if at.crashed != nil {
+			ts.Problem = at.crashed.Error()
+			s.Healthy = false
+			if s.Problem == "" {
+				s.Problem = ts.Problem
+			}
+		}
+		s.Transports = append(s.Transports, ts)
+	}
+	if c.closed {
 		s.Problem = "closed"
 	}
 	return s
@@ -285,7 +276,17 @@ func (c *Connector) usable() error {
 	if c.closed {
 		return fmt.Errorf("connector: %w", ErrClosed)
 	}
-	return c.crashed
+	return nil
+}
+
+// usableOn returns an error if transport at cannot take new work.
+func (c *Connector) usableOn(at *activeTransport) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("connector: %w", ErrClosed)
+	}
+	return at.crashed
 }
 
 // descriptor builds this node's segment descriptor.
@@ -293,15 +294,24 @@ func (c *Connector) descriptor() SegmentDescriptor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := SegmentDescriptor{
-		Name: c.endpoint, Protocol: c.trName, Version: descriptorVersion,
-		Timestamp:  time.Now().UTC().Format(time.RFC3339Nano),
-		Transports: []TransportEndpoint{{Name: c.trName, Endpoint: c.trResult.Endpoint, Summary: c.trResult.Summary}},
-		Buffers:    make([]BufferDescriptor, 0, len(c.regions)),
+		Name: c.endpoint, Protocol: c.primary().name, Version: descriptorVersion,
+		Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
+		Buffers:   make([]BufferDescriptor, 0, len(c.regions)),
+	}
+	for _, at := range c.transports {
+		if at.crashed == nil {
+			d.Transports = append(d.Transports, TransportEndpoint{Name: at.name, Endpoint: at.res.Endpoint, Summary: at.res.Summary})
+		}
 	}
 	for _, r := range c.regions {
 		b := BufferDescriptor{ID: uint64(r.id), Name: r.name, Addr: r.addr, Length: uint64(len(r.mem))}
-		if len(r.key) > 0 {
-			b.Keys = map[string][]byte{c.trName: r.key}
+		for name, key := range r.keys {
+			if len(key) > 0 {
+				if b.Keys == nil {
+					b.Keys = map[string][]byte{}
+				}
+				b.Keys[name] = key
+			}
 		}
 		d.Buffers = append(d.Buffers, b)
 	}
@@ -347,8 +357,8 @@ func (c *Connector) withTimeout(ctx context.Context, d time.Duration) (context.C
 	return context.WithTimeout(ctx, d)
 }
 
-// Close disconnects peers, frees regions, stops the transport (ending its
-// plugin process) and the handshake listener. It is idempotent.
+// Close disconnects peers, frees regions, stops the transports (ending
+// their plugin processes) and the handshake listener. It is idempotent.
 func (c *Connector) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -362,18 +372,15 @@ func (c *Connector) Close() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var errs []error
 	if c.rpc != nil {
 		c.rpc.close()
 	}
 	for _, p := range peers {
 		p.markClosed()
 	}
-	if err := c.closeTransport(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	// The transport is gone (its process ended, or in-process it waited
-	// for every op), so nothing touches region memory any more.
+	err := c.closeTransports(ctx)
+	// The transports are gone (their processes ended, or in-process they
+	// waited for every op), so nothing touches region memory any more.
 	c.mu.Lock()
 	regions := c.regions
 	c.regions = map[RegionID]*Region{}
@@ -383,17 +390,17 @@ func (c *Connector) Close() error {
 	}
 	c.wg.Wait()
 	c.log.Info("kvconnect node closed", zap.String("session", c.endpoint))
-	return errors.Join(errs...)
+	return err
 }
 
-func (c *Connector) closeTransport(ctx context.Context) error {
-	if c.tr == nil {
-		return nil
+func (c *Connector) closeTransports(ctx context.Context) error {
+	var errs []error
+	for _, at := range c.transports {
+		if err := at.tr.Close(ctx); err != nil && !errors.Is(err, ErrTransportCrashed) {
+			errs = append(errs, fmt.Errorf("connector: closing transport %s: %w", at.name, err))
+		}
 	}
-	if err := c.tr.Close(ctx); err != nil && !errors.Is(err, ErrTransportCrashed) {
-		return fmt.Errorf("connector: closing transport %s: %w", c.trName, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // kindOf is the wire kind of err for handshake error replies.

@@ -12,11 +12,11 @@ import (
 
 // Peer is an opened remote node.
 type Peer struct {
-	c         *Connector
-	session   string
-	desc      SegmentDescriptor
-	transport string
-	id        plugins.PeerID
+	c       *Connector
+	session string
+	desc    SegmentDescriptor
+	at      *activeTransport
+	id      plugins.PeerID
 
 	mu     sync.Mutex
 	closed bool
@@ -26,7 +26,7 @@ type Peer struct {
 func (p *Peer) Session() string { return p.session }
 
 // Transport is the transport used to reach the peer.
-func (p *Peer) Transport() string { return p.transport }
+func (p *Peer) Transport() string { return p.at.name }
 
 // RemoteRegion is a region the peer published.
 type RemoteRegion struct {
@@ -84,31 +84,32 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 		return nil, fmt.Errorf("connector: peer %s: %w", session, err)
 	}
 	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
-	var ep *TransportEndpoint
-	var theirs []string
-	for i := range d.Transports {
-		theirs = append(theirs, d.Transports[i].Name)
-		if d.Transports[i].Name == c.trName {
-			ep = &d.Transports[i]
+	at, ep := c.pickTransport(&d)
+	if at == nil {
+		theirs := make([]string, len(d.Transports))
+		for i, t := range d.Transports {
+			theirs[i] = t.Name
 		}
-	}
-	if ep == nil {
-		return nil, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol (or a fallback both can reach): %w",
-			session, strings.Join(theirs, ", "), c.trName, ErrNoCommonTransport)
+		ours := make([]string, 0, len(c.transports))
+		for _, t := range c.transports {
+			ours = append(ours, t.name)
+		}
+		return nil, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
+			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
 	}
 	info := plugins.PeerInfo{Name: session, Endpoint: ep.Endpoint}
 	for _, b := range d.Buffers {
-		info.Regions = append(info.Regions, plugins.RemoteRegion{ID: RegionID(b.ID), Addr: b.Addr, Size: b.Length, Key: b.Keys[c.trName]})
+		info.Regions = append(info.Regions, plugins.RemoteRegion{ID: RegionID(b.ID), Addr: b.Addr, Size: b.Length, Key: b.Keys[at.name]})
 	}
-	id, err := c.tr.Connect(ctx, info)
+	id, err := at.tr.Connect(ctx, info)
 	if err != nil {
-		return nil, fmt.Errorf("connector: connecting to %s over %s: %w", session, c.trName, err)
+		return nil, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
 	}
-	p := &Peer{c: c, session: session, desc: d, transport: c.trName, id: id}
+	p := &Peer{c: c, session: session, desc: d, at: at, id: id}
 	c.mu.Lock()
 	if old, ok := c.peers[session]; ok { // lost a race with another Open
 		c.mu.Unlock()
-		c.tr.Disconnect(context.Background(), id)
+		at.tr.Disconnect(context.Background(), id)
 		return old, nil
 	}
 	if c.closed {
@@ -135,8 +136,24 @@ func (p *Peer) Close(ctx context.Context) error {
 	if already {
 		return nil
 	}
-	if err := c.tr.Disconnect(ctx, p.id); err != nil && c.usable() == nil {
+	if err := p.at.tr.Disconnect(ctx, p.id); err != nil && c.usableOn(p.at) == nil {
 		return fmt.Errorf("connector: closing peer %s: %w", p.session, err)
 	}
 	return nil
+}
+
+// pickTransport returns the first transport in this node's preference
+// order that the peer has up too, and the peer's endpoint for it.
+func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *TransportEndpoint) {
+	for _, at := range c.transports {
+		if c.usableOn(at) != nil {
+			continue
+		}
+		for i := range d.Transports {
+			if d.Transports[i].Name == at.name {
+				return at, &d.Transports[i]
+			}
+		}
+	}
+	return nil, nil
 }

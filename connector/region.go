@@ -2,6 +2,7 @@ package connector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -21,7 +22,7 @@ type Region struct {
 	seg  *shm.Segment
 	mem  []byte
 	addr uint64
-	key  []byte
+	keys map[string][]byte // per transport, as RegisterRegion returned
 
 	once sync.Once
 }
@@ -61,13 +62,18 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 		return nil, fmt.Errorf("connector: Alloc(%s): %w", units.FormatSize(uint64(size)), err)
 	}
 	mem := seg.Bytes()
-	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0])))}
-	key, err := c.tr.RegisterRegion(ctx, plugins.Region{ID: id, Addr: r.addr, Mem: mem, File: seg.File()})
-	if err != nil {
-		seg.Close()
-		return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(size)), c.trName, err)
+	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), keys: map[string][]byte{}}
+	for i, at := range c.transports {
+		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: id, Addr: r.addr, Mem: mem, File: seg.File()})
+		if err != nil {
+			for _, done := range c.transports[:i] {
+				done.tr.DeregisterRegion(context.Background(), id)
+			}
+			seg.Close()
+			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(size)), at.name, err)
+		}
+		r.keys[at.name] = key
 	}
-	r.key = key
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -90,14 +96,16 @@ func (r *Region) Free(ctx context.Context) error {
 	if !ok {
 		return nil // already freed, or released by Close
 	}
-	if err := c.tr.DeregisterRegion(ctx, r.id); err != nil {
-		if c.usable() != nil {
-			// The transport is gone; nothing can touch the memory.
-			r.release()
-			return nil
+	var errs []error
+	for _, at := range c.transports {
+		if err := at.tr.DeregisterRegion(ctx, r.id); err != nil && c.usableOn(at) == nil {
+			// The transport is alive and may still use the memory.
+			errs = append(errs, fmt.Errorf("connector: freeing region %d on %s: %w", r.id, at.name, err))
 		}
+	}
+	if len(errs) > 0 {
 		// Keep the mapping: an op may still use it.
-		return fmt.Errorf("connector: freeing region %d: %w", r.id, err)
+		return errors.Join(errs...)
 	}
 	r.release()
 	return nil

@@ -1,0 +1,279 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// DefaultFallback is the chain tried after each protocol when the config
+// leaves fallback unset (see docs/FALLBACK.md for why).
+var DefaultFallback = map[string][]string{
+	"rdma":   {"tcp"},
+	"efa":    {"tcp"},
+	"ascend": {"tcp"},
+	"ucx":    {"tcp"},
+	"tcp":    {},
+}
+
+// Chain is the ordered list of transports New tries for cfg: protocol,
+// then each fallback entry, each once. A nil cfg.Fallback means
+// DefaultFallback[protocol] (tcp for a protocol it does not know); an
+// empty one is strict mode.
+func Chain(cfg Config) []string {
+	cfg = cfg.WithDefaults()
+	fb := cfg.Fallback
+	if fb == nil {
+		var ok bool
+		if fb, ok = DefaultFallback[cfg.Protocol]; !ok {
+			fb = []string{"tcp"}
+		}
+	}
+	out := []string{cfg.Protocol}
+	for _, name := range fb {
+		dup := false
+		for _, o := range out {
+			dup = dup || o == name
+		}
+		if !dup {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Attempt is one try at bringing a transport up.
+type Attempt struct {
+	Transport string        `json:"transport"`
+	OK        bool          `json:"ok"`
+	Duration  time.Duration `json:"duration_ns"`
+	// Err is the diagnosis of a failed attempt (an *plugins.InitError).
+	Err error `json:"-"`
+	// Diagnosis is Err's fields, for JSON and people.
+	Diagnosis *Diagnosis `json:"diagnosis,omitempty"`
+}
+
+// Diagnosis is the serialisable form of a *plugins.InitError.
+type Diagnosis struct {
+	Step       string   `json:"step"`
+	NativeCode int64    `json:"native_code,omitempty"`
+	NativeName string   `json:"native_name,omitempty"`
+	Cause      string   `json:"cause"`
+	Hints      []string `json:"hints,omitempty"`
+	Kind       string   `json:"kind,omitempty"` // sentinel kind, e.g. "unavailable"
+	Message    string   `json:"message"`
+}
+
+func diagnosisOf(err error) *Diagnosis {
+	if err == nil {
+		return nil
+	}
+	d := &Diagnosis{Message: err.Error(), Kind: plugins.ErrorKind(err)}
+	var ie *plugins.InitError
+	if errors.As(err, &ie) {
+		d.Step, d.NativeCode, d.NativeName, d.Cause, d.Hints = ie.Step, ie.NativeCode, ie.NativeName, ie.Cause, ie.Hints
+	} else {
+		d.Cause = err.Error()
+	}
+	return d
+}
+
+// ChainError is returned by New when no transport of the chain came up.
+// It lists every attempt; errors.Is/As look into each.
+type ChainError struct {
+	Attempts []Attempt
+	Strict   bool // fallback: [] was configured
+}
+
+func (e *ChainError) Error() string {
+	var b strings.Builder
+	names := make([]string, len(e.Attempts))
+	for i, a := range e.Attempts {
+		names[i] = a.Transport
+	}
+	if e.Strict {
+		fmt.Fprintf(&b, "connector: transport %s failed to initialise and fallback is disabled (fallback: [])", names[0])
+	} else {
+		fmt.Fprintf(&b, "connector: no transport could start (tried %s)", strings.Join(names, ", "))
+	}
+	for _, a := range e.Attempts {
+		fmt.Fprintf(&b, "\n  - %s: %v", a.Transport, a.Err)
+		var ie *plugins.InitError
+		if errors.As(a.Err, &ie) {
+			for _, h := range ie.Hints {
+				fmt.Fprintf(&b, "\n      hint: %s", h)
+			}
+		}
+	}
+	return b.String()
+}
+
+// Unwrap gives errors.Is/As every attempt's error.
+func (e *ChainError) Unwrap() []error {
+	out := make([]error, 0, len(e.Attempts))
+	for _, a := range e.Attempts {
+		out = append(out, a.Err)
+	}
+	return out
+}
+
+// fallsBack reports whether a failed attempt lets the chain move on: the
+// transport cannot run here (or its plugin cannot). A configuration
+// mistake (ErrInvalidArgument) stops the chain: falling back would hide it.
+func fallsBack(err error) bool {
+	if errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	return true
+}
+
+// asInitError makes every failure a diagnosis with a transport and a step.
+func asInitError(name string, p *plugins.Plugin, err error) error {
+	var ie *plugins.InitError
+	if errors.As(err, &ie) {
+		if ie.Transport == "" {
+			ie.Transport = name
+		}
+		return err
+	}
+	step, cause := "init", err.Error()
+	if errors.Is(err, ErrTransportCrashed) {
+		step = plugins.StepInitPluginCrash
+		if t, ok := any(p).(interface{ StderrTail() string }); ok && p != nil {
+			if tail := t.StderrTail(); tail != "" {
+				cause += "; its stderr ends with:\n" + tail
+			}
+		}
+	}
+	return &plugins.InitError{Transport: name, Step: step, Cause: cause, Err: err}
+}
+
+// startTransport launches (or builds, in-process) transport name and
+// initialises it.
+func (c *Connector) startTransport(ctx context.Context, name string) (*activeTransport, error) {
+	at := &activeTransport{name: name}
+	var tr plugins.Transport
+	if f, ok := c.opts.inProcess[name]; ok {
+		tr = f()
+	} else {
+		lc := plugins.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log}
+		if c.opts.launchHook != nil {
+			c.opts.launchHook(&lc)
+		}
+		p, err := plugins.Launch(ctx, lc)
+		if err != nil {
+			return nil, asInitError(name, nil, err)
+		}
+		at.plugin = p
+		tr = p
+	}
+	at.tr = tr
+	info, err := tr.Info(ctx)
+	if err == nil && info.Name != name {
+		err = &plugins.InitError{Transport: name, Step: plugins.StepHandshake,
+			Cause: fmt.Sprintf("the plugin for %s says it is transport %q", name, info.Name),
+			Hints: []string{fmt.Sprintf("check that %s%s is the right binary", plugins.BinaryPrefix, name)},
+			Err:   fmt.Errorf("%w: %w", ErrUnavailable, ErrProtocol)}
+	}
+	if err == nil {
+		var optsJSON []byte
+		if o := c.cfg.Transports[name]; len(o) > 0 {
+			if optsJSON, err = json.Marshal(o); err != nil {
+				err = fmt.Errorf("connector: transports.%s: %v: %w", name, err, ErrInvalidArgument)
+			}
+		}
+		if err == nil {
+			at.res, err = tr.Init(ctx, plugins.InitRequest{
+				Hostname: c.cfg.Hostname, Metadata: c.cfg.Metadata, Protocol: c.cfg.Protocol,
+				DeviceName: c.cfg.DeviceName, Options: optsJSON, Logger: c.log.Named(name),
+			})
+		}
+	}
+	if err != nil {
+		err = asInitError(name, at.plugin, err)
+		tr.Close(context.Background())
+		return nil, err
+	}
+	at.info = info
+	return at, nil
+}
+
+// startChain brings up the first transport of the chain that works, then,
+// unless it is tcp already or keep_tcp is off, tcp as well so peers that
+// fell back can still reach this node.
+func (c *Connector) startChain(ctx context.Context) error {
+	chain := Chain(c.cfg)
+	strict := c.cfg.Fallback != nil && len(c.cfg.Fallback) == 0
+	for i, name := range chain {
+		start := time.Now()
+		at, err := c.startTransport(ctx, name)
+		a := Attempt{Transport: name, OK: err == nil, Duration: time.Since(start), Err: err, Diagnosis: diagnosisOf(err)}
+		c.attempts = append(c.attempts, a)
+		if err == nil {
+			c.transports = append(c.transports, at)
+			if i > 0 {
+				c.log.Warn("kvconnect is running on a fallback transport", zap.String("transport", name),
+					zap.String("wanted", chain[0]), zap.Int("attempt", i+1))
+			}
+			break
+		}
+		next := ""
+		if i+1 < len(chain) && fallsBack(err) {
+			next = chain[i+1]
+		}
+		c.logAttempt(a, next)
+		if !fallsBack(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if len(c.transports) == 0 {
+		return &ChainError{Attempts: append([]Attempt(nil), c.attempts...), Strict: strict}
+	}
+	if c.transports[0].name != "tcp" && c.opts.keepTCP {
+		at, err := c.startTransport(ctx, "tcp")
+		if err != nil {
+			c.log.Warn("could not also keep tcp up for peers that fell back", zap.Error(err))
+		} else {
+			c.transports = append(c.transports, at)
+		}
+	}
+	for _, at := range c.transports {
+		if at.plugin != nil {
+			c.wg.Add(1)
+			go c.watchPlugin(at)
+		}
+	}
+	return nil
+}
+
+// logAttempt writes the one warn line a failed attempt gets.
+func (c *Connector) logAttempt(a Attempt, next string) {
+	fields := []zap.Field{zap.String("transport", a.Transport), zap.Duration("took", a.Duration)}
+	if d := a.Diagnosis; d != nil {
+		fields = append(fields, zap.String("step", d.Step), zap.String("cause", d.Cause))
+		if d.NativeCode != 0 {
+			fields = append(fields, zap.Int64("native_code", d.NativeCode))
+		}
+		if d.NativeName != "" {
+			fields = append(fields, zap.String("native_name", d.NativeName))
+		}
+		if len(d.Hints) > 0 {
+			fields = append(fields, zap.Strings("hints", d.Hints))
+		}
+		if d.Kind != "" {
+			fields = append(fields, zap.String("kind", d.Kind))
+		}
+	}
+	if next != "" {
+		c.log.Warn("transport failed to initialise; falling back to "+next, append(fields, zap.String("fallback", next))...)
+	} else {
+		c.log.Warn("transport failed to initialise", fields...)
+	}
+}
