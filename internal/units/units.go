@@ -144,3 +144,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the duration as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// HumanSize formats n bytes for people: "23.5GiB", "512KiB", "17B".
+func HumanSize(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f := float64(n)
+	i := 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 || f == math.Trunc(f) {
+		return strconv.FormatFloat(f, 'f', 0, 64) + units[i]
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + units[i]
+}

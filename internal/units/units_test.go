@@ -77,3 +77,11 @@ func TestParseDuration(t *testing.T) {
 		t.Fatalf("got %v %v", d, err)
 	}
 }
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0B", 17: "17B", 512 << 10: "512KiB", 1536: "1.5KiB", 24683656 << 10: "23.5GiB"} {
+		if got := HumanSize(n); got != want {
+			t.Errorf("HumanSize(%d) = %s, want %s", n, got, want)
+		}
+	}
+}

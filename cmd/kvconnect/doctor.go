@@ -1,0 +1,295 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/internal/version"
+)
+
+func init() { subcommands = append(subcommands, newDoctorCommand) }
+
+// DoctorReport is the stable schema of `kvconnect doctor --json`
+// (schema_version 1; fields are only ever added).
+type DoctorReport struct {
+	SchemaVersion int                     `json:"schema_version"`
+	Version       string                  `json:"kvconnect_version"`
+	Config        DoctorConfig            `json:"config"`
+	Transports    []connector.ProbeResult `json:"transports"`
+	Host          DoctorHost              `json:"host"`
+	Decision      DoctorDecision          `json:"decision"`
+}
+
+// DoctorConfig is the part of the config that decides the transport.
+type DoctorConfig struct {
+	Protocol   string   `json:"protocol"`
+	Fallback   []string `json:"fallback"`
+	Strict     bool     `json:"strict"`
+	Chain      []string `json:"chain"`
+	DeviceName string   `json:"device_name"`
+	PluginDir  string   `json:"plugin_dir,omitempty"`
+}
+
+// DoctorHost is what doctor learned about the host around the transports.
+type DoctorHost struct {
+	Hostname   string   `json:"hostname"`
+	Addresses  []string `json:"addresses"`  // what hostname resolves to
+	Interfaces []string `json:"interfaces"` // local interfaces holding those addresses
+	RPCPort    int      `json:"rpc_port"`
+	RPCPortOK  bool     `json:"rpc_port_bindable"`
+	RPCPortErr string   `json:"rpc_port_error,omitempty"`
+	ShmTotal   uint64   `json:"dev_shm_total_bytes"`
+	ShmFree    uint64   `json:"dev_shm_free_bytes"`
+	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
+	MemlockMax uint64   `json:"memlock_hard_bytes"`
+	Warnings   []string `json:"warnings"`
+}
+
+// DoctorDecision says which transport this config would end up on.
+type DoctorDecision struct {
+	OK        bool   `json:"ok"`
+	Transport string `json:"transport,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+func newDoctorCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Probe every transport and the host; say which transport this config would use and why",
+		Long: `doctor starts every known transport through its plugin (and any other
+transport the config names), the way a node would, records whether it comes
+up and, when it does not, the diagnosis: the step that failed, the native
+code, the cause and what to do. It also checks the host: the address peers
+would use, the RPC port, /dev/shm and the memlock limit. It ends with the
+decision. Exit status 0 when the configured chain yields a working
+transport, 1 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			loaded, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			rep := runDoctor(cmd, loaded.Config)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(cmd.OutOrStdout(), rep)
+			}
+			if !rep.Decision.OK {
+				return exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON (schema_version 1)")
+	return cmd
+}
+
+func runDoctor(cmd *cobra.Command, cfg connector.Config) DoctorReport {
+	ctx := cmd.Context()
+	chain := connector.Chain(cfg)
+	rep := DoctorReport{SchemaVersion: 1, Version: version.Version,
+		Config: DoctorConfig{Protocol: cfg.WithDefaults().Protocol, Fallback: cfg.Fallback, Strict: cfg.Fallback != nil && len(cfg.Fallback) == 0,
+			Chain: chain, DeviceName: cfg.DeviceName, PluginDir: cfg.PluginDir}}
+	names := append([]string(nil), connector.KnownTransports...)
+	for _, n := range chain {
+		if !contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	results := map[string]connector.ProbeResult{}
+	for _, n := range names {
+		r := connector.ProbeTransport(ctx, cfg, n)
+		results[n] = r
+		rep.Transports = append(rep.Transports, r)
+	}
+	rep.Host = probeHost(cfg.WithDefaults())
+
+	var failed []string
+	for _, n := range chain {
+		r := results[n]
+		if r.Available {
+			rep.Decision = DoctorDecision{OK: true, Transport: n}
+			if len(failed) == 0 {
+				rep.Decision.Reason = fmt.Sprintf("with this config kvconnect would use %s, the configured protocol", n)
+			} else {
+				rep.Decision.Reason = fmt.Sprintf("with this config kvconnect would use %s, because %s", n, strings.Join(failed, "; "))
+			}
+			return rep
+		}
+		failed = append(failed, n+": "+causeOf(r))
+	}
+	rep.Decision = DoctorDecision{Reason: "with this config no transport would start: " + strings.Join(failed, "; ")}
+	if rep.Config.Strict {
+		rep.Decision.Reason += " (fallback is disabled: fallback: [])"
+	}
+	return rep
+}
+
+func causeOf(r connector.ProbeResult) string {
+	if r.Diagnosis == nil {
+		return "unknown"
+	}
+	s := r.Diagnosis.Cause
+	if r.Diagnosis.Step != "" {
+		s = r.Diagnosis.Step + " failed: " + s
+	}
+	if r.Diagnosis.NativeName != "" {
+		s += " (" + r.Diagnosis.NativeName + ")"
+	}
+	return s
+}
+
+// containerBridges are interface name prefixes that peers on other hosts
+// usually cannot reach.
+var containerBridges = []string{"docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "podman"}
+
+func probeHost(cfg connector.Config) DoctorHost {
+	h := DoctorHost{Hostname: cfg.Hostname, RPCPort: cfg.RPCPort, Warnings: []string{}, Addresses: []string{}, Interfaces: []string{}}
+	addrs, err := net.LookupHost(cfg.Hostname)
+	if err != nil {
+		h.Warnings = append(h.Warnings, fmt.Sprintf("hostname %q does not resolve (%v): peers cannot reach this node; set hostname to this host's IP", cfg.Hostname, err))
+	}
+	h.Addresses = append(h.Addresses, addrs...)
+	ifaces, _ := net.Interfaces()
+	for _, a := range addrs {
+		ip := net.ParseIP(a)
+		if ip == nil {
+			continue
+		}
+		if ip.IsLoopback() {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("hostname %s is a loopback address: only peers on this host can reach it; set hostname (or kv_ip) to an address of a NIC peers can reach", a))
+		}
+		for _, ifc := range ifaces {
+			ias, _ := ifc.Addrs()
+			for _, ia := range ias {
+				if n, ok := ia.(*net.IPNet); ok && n.IP.Equal(ip) {
+					h.Interfaces = append(h.Interfaces, ifc.Name)
+					for _, p := range containerBridges {
+						if strings.HasPrefix(ifc.Name, p) {
+							h.Warnings = append(h.Warnings, fmt.Sprintf("hostname %s is on %s, a container bridge: peers on other hosts usually cannot reach it", a, ifc.Name))
+						}
+					}
+				}
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.RPCPort)))
+	if err != nil {
+		h.RPCPortErr = err.Error()
+		h.Warnings = append(h.Warnings, fmt.Sprintf("rpc_port %d cannot be bound: %v", cfg.RPCPort, err))
+	} else {
+		h.RPCPortOK = true
+		ln.Close()
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err == nil {
+		h.ShmTotal, h.ShmFree = st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
+	} else {
+		h.Warnings = append(h.Warnings, "/dev/shm is not mounted; kvconnect uses memfd regions, which do not need it, but other tools may")
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err == nil {
+		h.MemlockCur, h.MemlockMax = rl.Cur, rl.Max
+		if rl.Cur != unix.RLIM_INFINITY && rl.Cur < 64<<20 {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("memlock limit is %s: RDMA and EFA memory registration need more (ulimit -l unlimited; docker --ulimit memlock=-1)", units.HumanSize(rl.Cur)))
+		}
+	}
+	return h
+}
+
+func printDoctor(w io.Writer, rep DoctorReport) {
+	fmt.Fprintf(w, "kvconnect doctor (kvconnect %s)\n\n", rep.Version)
+	fmt.Fprintf(w, "config: protocol=%s chain=%s", rep.Config.Protocol, strings.Join(rep.Config.Chain, " -> "))
+	if rep.Config.Strict {
+		fmt.Fprint(w, " (strict: no fallback)")
+	}
+	if rep.Config.DeviceName != "" {
+		fmt.Fprintf(w, " device_name=%s", rep.Config.DeviceName)
+	}
+	fmt.Fprint(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TRANSPORT\tSTATUS\tPLUGIN\tDETAIL")
+	for _, r := range rep.Transports {
+		status, detail := "available", r.Summary
+		if !r.Available {
+			status, detail = "unavailable", causeOf(r)
+		}
+		plugin := r.Plugin
+		if plugin == "" {
+			plugin = "(not found)"
+		} else if r.Version != "" {
+			plugin += " v" + r.Version
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Transport, status, plugin, firstLine(detail))
+	}
+	tw.Flush()
+	for _, r := range rep.Transports {
+		if r.Available || r.Diagnosis == nil || len(r.Diagnosis.Hints) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s hints:\n", r.Transport)
+		for _, hint := range r.Diagnosis.Hints {
+			fmt.Fprintf(w, "  - %s\n", hint)
+		}
+	}
+	h := rep.Host
+	fmt.Fprintf(w, "\nhost:\n  hostname %s -> %s", h.Hostname, strings.Join(h.Addresses, ", "))
+	if len(h.Interfaces) > 0 {
+		fmt.Fprintf(w, " (on %s)", strings.Join(h.Interfaces, ", "))
+	}
+	fmt.Fprintln(w)
+	if h.RPCPortOK {
+		fmt.Fprintf(w, "  rpc_port %d: bindable\n", h.RPCPort)
+	} else {
+		fmt.Fprintf(w, "  rpc_port %d: NOT bindable: %s\n", h.RPCPort, h.RPCPortErr)
+	}
+	fmt.Fprintf(w, "  /dev/shm: %s free of %s\n", units.HumanSize(h.ShmFree), units.HumanSize(h.ShmTotal))
+	fmt.Fprintf(w, "  memlock: %s (hard %s)\n", limit(h.MemlockCur), limit(h.MemlockMax))
+	for _, warn := range h.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "\ndecision: %s\n", rep.Decision.Reason)
+}
+
+func limit(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return units.HumanSize(v)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// exitError ends the command with a status code and no further message
+// (the command printed its report already).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code) }
