@@ -50,4 +50,3 @@ func ProbeTransport(ctx context.Context, cfg Config, name string, opts ...Option
 
 // KnownTransports are the transports kvconnect ships.
 var KnownTransports = []string{"rdma", "ucx", "efa", "ascend", "tcp"}
-
