@@ -1,0 +1,317 @@
+package tcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvconnect/kvconnect/internal/wire"
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/tcp"
+)
+
+func inproc(opts string) transporttest.Harness {
+	return transporttest.Harness{New: func(*testing.T) plugins.Transport { return tcp.New() }, Options: []byte(opts)}
+}
+
+// TestDeadPeerTimesOut connects to a peer that accepts and reads but never
+// answers (a wedged host): ops fail with ErrTimeout after op_timeout.
+func TestDeadPeerTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, nc)
+			mu.Unlock()
+			go io.Copy(io.Discard, nc)
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, nc := range held {
+			nc.Close()
+		}
+	}()
+	a := transporttest.NewNode(t, inproc(`{"op_timeout":"200ms","connections":2}`), "a")
+	src := a.Alloc(t, 1<<20, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "wedged", Endpoint: []byte(ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, _ := a.Transfer(t, peer, []plugins.Op{
+		{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: 1 << 20},
+		{Kind: plugins.OpRead, LocalRegion: src.ID, RemoteRegion: 1, Length: 4096},
+	})
+	took := time.Since(start)
+	for i, r := range res {
+		if !errors.Is(r.Err, plugins.ErrTimeout) {
+			t.Errorf("op %d: %v, want ErrTimeout", i, r.Err)
+		}
+	}
+	if took < 150*time.Millisecond || took > 3*time.Second {
+		t.Errorf("ops failed after %v; want about op_timeout (200ms)", took)
+	}
+	if !strings.Contains(res[0].Err.Error(), "op_timeout") {
+		t.Errorf("error %q does not name the setting", res[0].Err)
+	}
+}
+
+// TestMalformedRequestDropsOnlyThatConnection sends garbage to a node's
+// data port: that connection is dropped and the node keeps serving.
+func TestMalformedRequestDropsOnlyThatConnection(t *testing.T) {
+	h := inproc("")
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	src, dst := a.Alloc(t, 4096, 0), b.Alloc(t, 4096, 0)
+	before := bytes.Clone(dst.Bytes)
+	for _, junk := range [][]byte{
+		bytes.Repeat([]byte{0xff}, wire.HeaderSize),
+		func() []byte { // a response op sent as a request
+			var hb [wire.HeaderSize]byte
+			(&wire.Header{Op: wire.OpWriteAck, Region: uint64(dst.ID)}).Encode(hb[:])
+			return hb[:]
+		}(),
+		func() []byte { // a write claiming more than MaxLength
+			var hb [wire.HeaderSize]byte
+			(&wire.Header{Op: wire.OpWrite, Region: uint64(dst.ID)}).Encode(hb[:])
+			binary.LittleEndian.PutUint64(hb[32:], wire.MaxLength+1)
+			return hb[:]
+		}(),
+	} {
+		nc, err := net.Dial("tcp", string(b.Endpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(junk)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := nc.Read(make([]byte, 64)); err == nil {
+			t.Errorf("node answered %d bytes to a malformed request instead of dropping the connection", n)
+		}
+		nc.Close()
+	}
+	if !bytes.Equal(dst.Bytes, before) {
+		t.Fatal("malformed requests changed region memory")
+	}
+	peer := a.Connect(t, b)
+	transporttest.Fill(src.Bytes, 1)
+	a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 4096}})
+	if !bytes.Equal(dst.Bytes, src.Bytes) {
+		t.Fatal("the node does not serve after malformed requests")
+	}
+}
+
+// fakeTarget answers every request with a response built by answer.
+func fakeTarget(t *testing.T, answer func(req wire.Header) wire.Header) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				var hb [wire.HeaderSize]byte
+				for {
+					if _, err := io.ReadFull(nc, hb[:]); err != nil {
+						return
+					}
+					var h wire.Header
+					if h.Decode(hb[:]) != nil {
+						return
+					}
+					if h.Op == wire.OpWrite {
+						io.CopyN(io.Discard, nc, int64(h.Length))
+					}
+					resp := answer(h)
+					resp.Encode(hb[:])
+					nc.Write(hb[:])
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestProtocolViolationsFailOps: responses that do not match the request
+// fail the op with ErrProtocol instead of corrupting memory or hanging.
+func TestProtocolViolationsFailOps(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(wire.Header) wire.Header
+	}{
+		{"wrong request id", func(h wire.Header) wire.Header { return wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID + 7} }},
+		{"wrong op", func(h wire.Header) wire.Header { return wire.Header{Op: wire.OpReadResp, ReqID: h.ReqID} }},
+		{"payload with error", func(h wire.Header) wire.Header {
+			return wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID, Status: wire.StatusOutOfBounds, Length: 5}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := fakeTarget(t, tt.answer)
+			a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+			src := a.Alloc(t, 4096, 0)
+			peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "liar", Endpoint: []byte(addr)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, _ := a.Transfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: 100}})
+			if !errors.Is(res[0].Err, plugins.ErrProtocol) {
+				t.Fatalf("got %v, want ErrProtocol", res[0].Err)
+			}
+		})
+	}
+}
+
+// TestReconnectAfterBrokenConnection cuts every connection between two
+// nodes (through a proxy); the next batch redials and succeeds.
+func TestReconnectAfterBrokenConnection(t *testing.T) {
+	h := inproc(`{"connections":2}`)
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	src, dst := a.Alloc(t, 1<<20, 0), b.Alloc(t, 1<<20, 0)
+	proxy := newCutProxy(t, string(b.Endpoint))
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "b", Endpoint: []byte(proxy.addr())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 1 << 20}}
+	a.MustTransfer(t, peer, op)
+	proxy.cut()
+	// The first batch after the cut may fail (its connections are dead);
+	// within a few tries the transport must have redialed.
+	var last error
+	for i := 0; i < 5; i++ {
+		res, _ := a.Transfer(t, peer, op)
+		if last = res[0].Err; last == nil {
+			break
+		}
+		if !errors.Is(last, plugins.ErrPeerUnreachable) {
+			t.Fatalf("after the cut: %v, want ErrPeerUnreachable", last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("no batch succeeded after the connections were cut: %v", last)
+	}
+	if proxy.accepted() < 3 {
+		t.Fatalf("proxy saw %d connections; want the 2 originals and at least one redial", proxy.accepted())
+	}
+}
+
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	n      int
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.n++
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cutProxy) accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func TestOptionErrors(t *testing.T) {
+	tests := []struct {
+		opts string
+		want string
+	}{
+		{`{"connections":0}`, "transports.tcp.connections"},
+		{`{"conections":4}`, `did you mean "connections"`},
+		{`{"chunk_size":"huge"}`, "transports.tcp.chunk_size"},
+		{`{"chunk_size":"1KiB"}`, "between 4KiB and 256MiB"},
+		{`{"op_timeout":"soon"}`, "transports.tcp.op_timeout"},
+		{`{"port":70000}`, "transports.tcp.port"},
+		{`[1,2]`, "must be a JSON object"},
+	}
+	for _, tt := range tests {
+		tr := tcp.New()
+		_, err := tr.Init(context.Background(), plugins.InitRequest{Options: []byte(tt.opts)})
+		var ie *plugins.InitError
+		if !errors.Is(err, plugins.ErrInvalidArgument) || !errors.As(err, &ie) || ie.Step != plugins.StepConfigure || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("options %s: got %v, want a configure error mentioning %q", tt.opts, err, tt.want)
+		}
+		tr.Close(context.Background())
+	}
+}
+
+func TestBindError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	tr := tcp.New()
+	defer tr.Close(context.Background())
+	_, err = tr.Init(context.Background(), plugins.InitRequest{Options: []byte(`{"bind_address":"127.0.0.1","port":` + strconv.Itoa(port) + `}`)})
+	var ie *plugins.InitError
+	if !errors.As(err, &ie) || ie.Step != plugins.StepBind || !errors.Is(err, plugins.ErrUnavailable) || len(ie.Hints) == 0 {
+		t.Fatalf("binding a taken port: %v, want an unavailable bind diagnosis with hints", err)
+	}
+}
