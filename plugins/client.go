@@ -93,26 +93,21 @@ func (c *grpcClient) Transfer(ctx context.Context, peer PeerID, ops []Op, result
 		FillResults(results, err)
 		return err
 	}
-	req := &proto.TransferRequest{Peer: uint64(peer), Ops: make([]*proto.Op, len(ops))}
-	pops := make([]proto.Op, len(ops))
-	for i, o := range ops {
-		pops[i] = proto.Op{Kind: uint32(o.Kind), LocalRegion: uint64(o.LocalRegion), LocalOffset: o.LocalOffset,
-			RemoteRegion: uint64(o.RemoteRegion), RemoteOffset: o.RemoteOffset, Length: o.Length}
-		req.Ops[i] = &pops[i]
-	}
+	req := &proto.TransferRequest{Peer: uint64(peer), Ops: appendOps(make([]byte, 0, len(ops)*opRecordSize), ops)}
 	resp, err := c.rpc.Transfer(ctx, req)
 	if err != nil {
 		err = c.fromStatus(ctx, "transfer", err)
 		FillResults(results, err)
 		return err
 	}
-	if len(resp.Results) != len(ops) {
-		err := fmt.Errorf("plugin %s: answered %d results for %d ops: %w", c.name, len(resp.Results), len(ops), ErrProtocol)
-		FillResults(results, err)
-		return err
-	}
-	for i, r := range resp.Results {
-		results[i].Err = NewRemoteError(r.ErrorKind, r.ErrorMessage)
+	FillResults(results, nil)
+	for _, e := range resp.Errors {
+		if int(e.Index) >= len(results) {
+			err := fmt.Errorf("plugin %s: answered an error for op %d of %d: %w", c.name, e.Index, len(ops), ErrProtocol)
+			FillResults(results, err)
+			return err
+		}
+		results[e.Index].Err = NewRemoteError(e.Kind, e.Message)
 	}
 	return fromDetail(resp.BatchError)
 }

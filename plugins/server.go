@@ -147,24 +147,17 @@ func (s *grpcServer) Disconnect(ctx context.Context, req *proto.DisconnectReques
 }
 
 func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (*proto.TransferResponse, error) {
-	ops := make([]Op, len(req.Ops))
-	for i, o := range req.Ops {
-		if o.Kind > 255 {
-			o.Kind = 255 // rejected by the transport as an unknown kind
-		}
-		ops[i] = Op{Kind: OpKind(o.Kind), LocalRegion: RegionID(o.LocalRegion), LocalOffset: o.LocalOffset,
-			RemoteRegion: RegionID(o.RemoteRegion), RemoteOffset: o.RemoteOffset, Length: o.Length}
+	ops, err := decodeOps(nil, req.Ops)
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	results := make([]OpResult, len(ops))
-	err := s.impl.Transfer(ctx, PeerID(req.Peer), ops, results)
-	resp := &proto.TransferResponse{Results: make([]*proto.OpResult, len(results)), BatchError: errorDetail(err)}
-	ok := &proto.OpResult{} // shared: completed ops all encode the same
+	err = s.impl.Transfer(ctx, PeerID(req.Peer), ops, results)
+	resp := &proto.TransferResponse{BatchError: errorDetail(err)}
 	for i, r := range results {
-		if r.Err == nil {
-			resp.Results[i] = ok
-			continue
+		if r.Err != nil {
+			resp.Errors = append(resp.Errors, &proto.OpError{Index: uint32(i), Kind: ErrorKind(r.Err), Message: r.Err.Error()})
 		}
-		resp.Results[i] = &proto.OpResult{ErrorKind: ErrorKind(r.Err), ErrorMessage: r.Err.Error()}
 	}
 	return resp, nil
 }

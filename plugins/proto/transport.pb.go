@@ -714,101 +714,20 @@ func (*DisconnectResponse) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{12}
 }
 
-type Op struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	LocalRegion   uint64                 `protobuf:"varint,2,opt,name=local_region,json=localRegion,proto3" json:"local_region,omitempty"`
-	LocalOffset   uint64                 `protobuf:"varint,3,opt,name=local_offset,json=localOffset,proto3" json:"local_offset,omitempty"`
-	RemoteRegion  uint64                 `protobuf:"varint,4,opt,name=remote_region,json=remoteRegion,proto3" json:"remote_region,omitempty"`
-	RemoteOffset  uint64                 `protobuf:"varint,5,opt,name=remote_offset,json=remoteOffset,proto3" json:"remote_offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,6,opt,name=length,proto3" json:"length,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Op) Reset() {
-	*x = Op{}
-	mi := &file_transport_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Op) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Op) ProtoMessage() {}
-
-func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Op.ProtoReflect.Descriptor instead.
-func (*Op) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *Op) GetKind() uint32 {
-	if x != nil {
-		return x.Kind
-	}
-	return 0
-}
-
-func (x *Op) GetLocalRegion() uint64 {
-	if x != nil {
-		return x.LocalRegion
-	}
-	return 0
-}
-
-func (x *Op) GetLocalOffset() uint64 {
-	if x != nil {
-		return x.LocalOffset
-	}
-	return 0
-}
-
-func (x *Op) GetRemoteRegion() uint64 {
-	if x != nil {
-		return x.RemoteRegion
-	}
-	return 0
-}
-
-func (x *Op) GetRemoteOffset() uint64 {
-	if x != nil {
-		return x.RemoteOffset
-	}
-	return 0
-}
-
-func (x *Op) GetLength() uint64 {
-	if x != nil {
-		return x.Length
-	}
-	return 0
-}
-
 type TransferRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          uint64                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Ops           []*Op                  `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Peer  uint64                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	// The ops, packed: 41 bytes each, little-endian: kind u8, local_region
+	// u64, local_offset u64, remote_region u64, remote_offset u64, length
+	// u64. Packing keeps a batch's cost independent of its op count.
+	Ops           []byte `protobuf:"bytes,2,opt,name=ops,proto3" json:"ops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +739,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +752,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
+	return file_transport_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferRequest) GetPeer() uint64 {
@@ -843,37 +762,38 @@ func (x *TransferRequest) GetPeer() uint64 {
 	return 0
 }
 
-func (x *TransferRequest) GetOps() []*Op {
+func (x *TransferRequest) GetOps() []byte {
 	if x != nil {
 		return x.Ops
 	}
 	return nil
 }
 
-// OpResult is empty when the op completed.
-type OpResult struct {
+// OpError is the failure of one op.
+type OpError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	ErrorKind     string                 `protobuf:"bytes,1,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *OpResult) Reset() {
-	*x = OpResult{}
-	mi := &file_transport_proto_msgTypes[15]
+func (x *OpError) Reset() {
+	*x = OpError{}
+	mi := &file_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *OpResult) String() string {
+func (x *OpError) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*OpResult) ProtoMessage() {}
+func (*OpError) ProtoMessage() {}
 
-func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[15]
+func (x *OpError) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,29 +804,37 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
-func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{15}
+// Deprecated: Use OpError.ProtoReflect.Descriptor instead.
+func (*OpError) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *OpResult) GetErrorKind() string {
+func (x *OpError) GetIndex() uint32 {
 	if x != nil {
-		return x.ErrorKind
+		return x.Index
+	}
+	return 0
+}
+
+func (x *OpError) GetKind() string {
+	if x != nil {
+		return x.Kind
 	}
 	return ""
 }
 
-func (x *OpResult) GetErrorMessage() string {
+func (x *OpError) GetMessage() string {
 	if x != nil {
-		return x.ErrorMessage
+		return x.Message
 	}
 	return ""
 }
 
 type TransferResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Results []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	// Set when the batch as a whole failed; results are filled too.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ops that failed; every other op completed.
+	Errors []*OpError `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
+	// Set when the batch as a whole failed; errors lists every op too.
 	BatchError    *ErrorDetail `protobuf:"bytes,2,opt,name=batch_error,json=batchError,proto3" json:"batch_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -914,7 +842,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +854,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,12 +867,12 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_transport_proto_rawDescGZIP(), []int{15}
 }
 
-func (x *TransferResponse) GetResults() []*OpResult {
+func (x *TransferResponse) GetErrors() []*OpError {
 	if x != nil {
-		return x.Results
+		return x.Errors
 	}
 	return nil
 }
@@ -964,7 +892,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +904,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +917,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_transport_proto_rawDescGZIP(), []int{16}
 }
 
 type CloseResponse struct {
@@ -1000,7 +928,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +940,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +953,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{17}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -1041,7 +969,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +981,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +994,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1105,7 +1033,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1045,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1058,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{20}
+	return file_transport_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1229,23 +1157,16 @@ const file_transport_proto_rawDesc = "" +
 	"\x04peer\x18\x01 \x01(\x04R\x04peer\"'\n" +
 	"\x11DisconnectRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\x04R\x04peer\"\x14\n" +
-	"\x12DisconnectResponse\"\xc0\x01\n" +
-	"\x02Op\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\rR\x04kind\x12!\n" +
-	"\flocal_region\x18\x02 \x01(\x04R\vlocalRegion\x12!\n" +
-	"\flocal_offset\x18\x03 \x01(\x04R\vlocalOffset\x12#\n" +
-	"\rremote_region\x18\x04 \x01(\x04R\fremoteRegion\x12#\n" +
-	"\rremote_offset\x18\x05 \x01(\x04R\fremoteOffset\x12\x16\n" +
-	"\x06length\x18\x06 \x01(\x04R\x06length\"Q\n" +
+	"\x12DisconnectResponse\"7\n" +
 	"\x0fTransferRequest\x12\x12\n" +
-	"\x04peer\x18\x01 \x01(\x04R\x04peer\x12*\n" +
-	"\x03ops\x18\x02 \x03(\v2\x18.kvconnect.plugins.v1.OpR\x03ops\"N\n" +
-	"\bOpResult\x12\x1d\n" +
-	"\n" +
-	"error_kind\x18\x01 \x01(\tR\terrorKind\x12#\n" +
-	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\"\x90\x01\n" +
-	"\x10TransferResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.kvconnect.plugins.v1.OpResultR\aresults\x12B\n" +
+	"\x04peer\x18\x01 \x01(\x04R\x04peer\x12\x10\n" +
+	"\x03ops\x18\x02 \x01(\fR\x03ops\"M\n" +
+	"\aOpError\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x8d\x01\n" +
+	"\x10TransferResponse\x125\n" +
+	"\x06errors\x18\x01 \x03(\v2\x1d.kvconnect.plugins.v1.OpErrorR\x06errors\x12B\n" +
 	"\vbatch_error\x18\x02 \x01(\v2!.kvconnect.plugins.v1.ErrorDetailR\n" +
 	"batchError\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
@@ -1287,7 +1208,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
@@ -1302,42 +1223,40 @@ var file_transport_proto_goTypes = []any{
 	(*ConnectResponse)(nil),          // 10: kvconnect.plugins.v1.ConnectResponse
 	(*DisconnectRequest)(nil),        // 11: kvconnect.plugins.v1.DisconnectRequest
 	(*DisconnectResponse)(nil),       // 12: kvconnect.plugins.v1.DisconnectResponse
-	(*Op)(nil),                       // 13: kvconnect.plugins.v1.Op
-	(*TransferRequest)(nil),          // 14: kvconnect.plugins.v1.TransferRequest
-	(*OpResult)(nil),                 // 15: kvconnect.plugins.v1.OpResult
-	(*TransferResponse)(nil),         // 16: kvconnect.plugins.v1.TransferResponse
-	(*CloseRequest)(nil),             // 17: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),            // 18: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),              // 19: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),              // 20: kvconnect.plugins.v1.InitFailure
+	(*TransferRequest)(nil),          // 13: kvconnect.plugins.v1.TransferRequest
+	(*OpError)(nil),                  // 14: kvconnect.plugins.v1.OpError
+	(*TransferResponse)(nil),         // 15: kvconnect.plugins.v1.TransferResponse
+	(*CloseRequest)(nil),             // 16: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),            // 17: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),              // 18: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),              // 19: kvconnect.plugins.v1.InitFailure
 }
 var file_transport_proto_depIdxs = []int32{
 	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
-	13, // 1: kvconnect.plugins.v1.TransferRequest.ops:type_name -> kvconnect.plugins.v1.Op
-	15, // 2: kvconnect.plugins.v1.TransferResponse.results:type_name -> kvconnect.plugins.v1.OpResult
-	19, // 3: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	20, // 4: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
-	0,  // 5: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
-	2,  // 6: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
-	4,  // 7: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
-	6,  // 8: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
-	9,  // 9: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
-	11, // 10: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
-	14, // 11: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	17, // 12: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	1,  // 13: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 14: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 15: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 16: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 17: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 18: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	16, // 19: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	18, // 20: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
+	18, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	19, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	0,  // 4: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
+	2,  // 5: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
+	4,  // 6: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
+	6,  // 7: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
+	9,  // 8: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
+	11, // 9: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
+	13, // 10: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
+	16, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	1,  // 12: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 13: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	5,  // 14: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	7,  // 15: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	10, // 16: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	12, // 17: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	15, // 18: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	17, // 19: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	12, // [12:20] is the sub-list for method output_type
+	4,  // [4:12] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1351,7 +1270,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

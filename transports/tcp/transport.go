@@ -276,6 +276,16 @@ func (t *Transport) watchdog() {
 	}
 }
 
+// closedErr is ErrClosed once Close has begun, else nil.
+func (t *Transport) closedErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state == stateClosed {
+		return fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
+	}
+	return nil
+}
+
 func (t *Transport) peer(id plugins.PeerID) (*peer, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
