@@ -133,23 +133,27 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	if p == nil || p.c != c {
 		return nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
 	}
-	if err := c.usableOn(p.at); err != nil {
+	if err := c.usable(); err != nil {
 		return nil, err
 	}
-	if p.isClosed() {
-		return nil, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
+	l, err := p.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.usableOn(l.at); err != nil {
+		return nil, err
 	}
 	b := &Batch{ops: ops, results: make([]OpResult, len(ops)), done: make(chan struct{}), start: time.Now()}
 	if len(ops) == 0 {
 		close(b.done)
 		return b, nil
 	}
-	if p.at.info.Capabilities&plugins.CapAbsoluteAddress == 0 {
+	if l.at.info.Capabilities&plugins.CapAbsoluteAddress == 0 {
 		// Translate absolute remote addresses with the peer's descriptor.
 		ops = append([]Op(nil), ops...)
 		for i := range ops {
 			if ops[i].RemoteRegion == 0 {
-				buf, err := remoteRegionAt(&p.desc, ops[i].RemoteOffset, ops[i].Length)
+				buf, err := remoteRegionAt(l.desc, ops[i].RemoteOffset, ops[i].Length)
 				if err != nil {
 					return nil, fmt.Errorf("connector: op %d: %w", i, err)
 				}
@@ -162,9 +166,12 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		err := p.at.tr.Transfer(ctx, p.id, ops, b.results)
+		err := l.at.tr.Transfer(ctx, l.id, ops, b.results)
 		if err != nil {
 			b.err = fmt.Errorf("connector: batch of %d ops to %s: %w", len(ops), p.session, err)
+		}
+		if cause := lostPeer(err, b.results); cause != nil {
+			p.markStale(l.at, l.id, cause)
 		}
 		b.elapsed = time.Since(b.start)
 		close(b.done)

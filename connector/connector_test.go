@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -420,5 +421,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPeerRestartReconnects restarts the remote node on the same RPC port
+// (a decode server that crashed and came back): the batch in flight during
+// the outage fails with ErrPeerUnreachable, and the same *Peer reconnects
+// on the next batch without the caller opening it again.
+func TestPeerRestartReconnects(t *testing.T) {
+	ctx := context.Background()
+	a := newNode(t)
+	b := newNode(t)
+	_, port, _ := net.SplitHostPort(b.Endpoint())
+	src := alloc(t, a, 1<<20)
+	transporttest.Fill(src.Bytes(), 6)
+	alloc(t, b, 1<<20)
+	peer, err := a.Open(ctx, b.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: 1, Length: 1 << 20}
+	if err := a.Transfer(ctx, peer, write); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Transfer(ctx, peer, write); !errors.Is(err, connector.ErrPeerUnreachable) {
+		t.Fatalf("batch while the peer is down: %v, want ErrPeerUnreachable", err)
+	}
+	rpcPort, _ := strconv.Atoi(port)
+	b2, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), RPCPort: rpcPort}, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	dst := alloc(t, b2, 1<<20)
+	if err := a.Transfer(ctx, peer, write); err != nil {
+		t.Fatalf("batch after the peer came back: %v", err)
+	}
+	if !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("data differs after reconnecting")
 	}
 }

@@ -2,31 +2,57 @@ package connector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
-// Peer is an opened remote node.
+// Peer is an opened remote node. When the connection to it is lost (the
+// peer restarted, its transport moved), the next Submit fetches its
+// descriptor again and reconnects, so a Peer stays usable across peer
+// restarts.
 type Peer struct {
 	c       *Connector
 	session string
-	desc    SegmentDescriptor
-	at      *activeTransport
-	id      plugins.PeerID
+
+	refresh sync.Mutex // one reconnect at a time
 
 	mu     sync.Mutex
+	desc   SegmentDescriptor
+	at     *activeTransport
+	id     plugins.PeerID
+	stale  bool // the connection was lost; reconnect before the next batch
 	closed bool
+}
+
+// link is a snapshot of how a peer is reached.
+type link struct {
+	at   *activeTransport
+	id   plugins.PeerID
+	desc *SegmentDescriptor
+}
+
+func (p *Peer) link() (link, bool, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return link{at: p.at, id: p.id, desc: &p.desc}, p.stale, p.closed
 }
 
 // Session is the peer's session id.
 func (p *Peer) Session() string { return p.session }
 
 // Transport is the transport used to reach the peer.
-func (p *Peer) Transport() string { return p.at.name }
+func (p *Peer) Transport() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.at.name
+}
 
 // RemoteRegion is a region the peer published.
 type RemoteRegion struct {
@@ -35,8 +61,11 @@ type RemoteRegion struct {
 	Len  uint64
 }
 
-// Regions lists the regions the peer had published when it was opened.
+// Regions lists the regions the peer published when it was last
+// (re)connected.
 func (p *Peer) Regions() []RemoteRegion {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := make([]RemoteRegion, len(p.desc.Buffers))
 	for i, b := range p.desc.Buffers {
 		out[i] = RemoteRegion{ID: RegionID(b.ID), Addr: b.Addr, Len: b.Length}
@@ -50,10 +79,46 @@ func (p *Peer) markClosed() {
 	p.mu.Unlock()
 }
 
-func (p *Peer) isClosed() bool {
+// markStale notes that the link (at, id) broke; the next Submit
+// reconnects. A link already replaced is left alone.
+func (p *Peer) markStale(at *activeTransport, id plugins.PeerID, cause error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
+	if p.stale || p.closed || p.at != at || p.id != id {
+		p.mu.Unlock()
+		return
+	}
+	p.stale = true
+	p.mu.Unlock()
+	p.c.log.Warn("lost the connection to a peer; the next batch reconnects", zap.String("peer", p.session), zap.String("transport", at.name), zap.Error(cause))
+	at.tr.Disconnect(context.Background(), id)
+}
+
+// ensure returns a live link, reconnecting a stale peer first.
+func (p *Peer) ensure(ctx context.Context) (link, error) {
+	l, stale, closed := p.link()
+	if closed {
+		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
+	}
+	if !stale {
+		return l, nil
+	}
+	p.refresh.Lock()
+	defer p.refresh.Unlock()
+	if l, stale, closed = p.link(); closed || !stale {
+		return l, nil
+	}
+	ctx, cancel := p.c.withTimeout(ctx, p.c.cfg.ConnectTimeout)
+	defer cancel()
+	d, at, id, err := p.c.connectPeer(ctx, p.session)
+	if err != nil {
+		return l, fmt.Errorf("connector: reconnecting to peer %s: %w", p.session, err)
+	}
+	p.mu.Lock()
+	p.desc, p.at, p.id, p.stale = d, at, id, false
+	l = link{at: at, id: id, desc: &p.desc}
+	p.mu.Unlock()
+	p.c.log.Info("reconnected to peer", zap.String("peer", p.session), zap.String("transport", at.name))
+	return l, nil
 }
 
 // Open fetches a peer's segment descriptor over the P2P handshake and
@@ -75,35 +140,9 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
-	body, err := request(ctx, session, frameMetadata, []byte("{}"), c.cfg.MaxHandshakeFrame)
+	d, at, id, err := c.connectPeer(ctx, session)
 	if err != nil {
 		return nil, err
-	}
-	d, err := decodeDescriptor(body)
-	if err != nil {
-		return nil, fmt.Errorf("connector: peer %s: %w", session, err)
-	}
-	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
-	at, ep := c.pickTransport(&d)
-	if at == nil {
-		theirs := make([]string, len(d.Transports))
-		for i, t := range d.Transports {
-			theirs[i] = t.Name
-		}
-		ours := make([]string, 0, len(c.transports))
-		for _, t := range c.transports {
-			ours = append(ours, t.name)
-		}
-		return nil, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
-			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
-	}
-	info := plugins.PeerInfo{Name: session, Endpoint: ep.Endpoint}
-	for _, b := range d.Buffers {
-		info.Regions = append(info.Regions, plugins.RemoteRegion{ID: RegionID(b.ID), Addr: b.Addr, Size: b.Length, Key: b.Keys[at.name]})
-	}
-	id, err := at.tr.Connect(ctx, info)
-	if err != nil {
-		return nil, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
 	}
 	p := &Peer{c: c, session: session, desc: d, at: at, id: id}
 	c.mu.Lock()
@@ -121,6 +160,42 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 	return p, nil
 }
 
+// connectPeer fetches session's descriptor and connects to it over the
+// first transport both sides have up.
+func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *activeTransport, plugins.PeerID, error) {
+	body, err := request(ctx, session, frameMetadata, []byte("{}"), c.cfg.MaxHandshakeFrame)
+	if err != nil {
+		return SegmentDescriptor{}, nil, 0, err
+	}
+	d, err := decodeDescriptor(body)
+	if err != nil {
+		return d, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
+	}
+	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
+	at, ep := c.pickTransport(&d)
+	if at == nil {
+		theirs := make([]string, len(d.Transports))
+		for i, t := range d.Transports {
+			theirs[i] = t.Name
+		}
+		ours := make([]string, 0, len(c.transports))
+		for _, t := range c.transports {
+			ours = append(ours, t.name)
+		}
+		return d, nil, 0, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
+			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
+	}
+	info := plugins.PeerInfo{Name: session, Endpoint: ep.Endpoint}
+	for _, b := range d.Buffers {
+		info.Regions = append(info.Regions, plugins.RemoteRegion{ID: RegionID(b.ID), Addr: b.Addr, Size: b.Length, Key: b.Keys[at.name]})
+	}
+	id, err := at.tr.Connect(ctx, info)
+	if err != nil {
+		return d, nil, 0, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
+	}
+	return d, at, id, nil
+}
+
 // Close disconnects the peer; its ops in flight fail.
 func (p *Peer) Close(ctx context.Context) error {
 	c := p.c
@@ -130,13 +205,13 @@ func (p *Peer) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	p.mu.Lock()
-	already := p.closed
+	already, stale, at, id := p.closed, p.stale, p.at, p.id
 	p.closed = true
 	p.mu.Unlock()
-	if already {
+	if already || stale {
 		return nil
 	}
-	if err := p.at.tr.Disconnect(ctx, p.id); err != nil && c.usableOn(p.at) == nil {
+	if err := at.tr.Disconnect(ctx, id); err != nil && c.usableOn(at) == nil {
 		return fmt.Errorf("connector: closing peer %s: %w", p.session, err)
 	}
 	return nil
@@ -156,4 +231,18 @@ func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *Tran
 		}
 	}
 	return nil, nil
+}
+
+// lostPeer reports whether a batch outcome means the link to the peer is
+// gone (as opposed to ops the peer refused).
+func lostPeer(batchErr error, results []OpResult) error {
+	if errors.Is(batchErr, ErrPeerUnreachable) || errors.Is(batchErr, ErrUnknownPeer) {
+		return batchErr
+	}
+	for _, r := range results {
+		if errors.Is(r.Err, ErrPeerUnreachable) {
+			return r.Err
+		}
+	}
+	return nil
 }
