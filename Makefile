@@ -58,6 +58,13 @@ check-generate: generate
 demo: build
 	$(BIN)/pd-disagg
 
+## bench: the benchmark suite on loopback (raw Go TCP baseline, tcp as a plugin and in-process, every
+## other transport built here), BENCH_ROUNDS rounds; prints the table and writes docs/PERFORMANCE.md
+BENCH_ROUNDS ?= 5
+.PHONY: bench
+bench: build
+	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
+
 ## test: vet, build the plugin binaries, run every test with the race detector
 test: build
 	$(GO) vet ./...

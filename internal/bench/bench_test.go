@@ -1,0 +1,428 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/internal/units"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+// tcpPluginDir builds the tcp plugin and returns its directory.
+func tcpPluginDir(t *testing.T) string {
+	t.Helper()
+	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(bin)
+}
+
+// checkGoroutines fails if goroutines started during the test outlive it.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+func TestPercentile(t *testing.T) {
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	p50, p99, pmax := latencySummary(lat)
+	if p50 != 50*time.Millisecond || p99 != 99*time.Millisecond || pmax != 100*time.Millisecond {
+		t.Fatalf("p50 %v p99 %v max %v, want 50ms 99ms 100ms", p50, p99, pmax)
+	}
+	if p50, p99, _ := latencySummary([]time.Duration{7}); p50 != 7 || p99 != 7 {
+		t.Fatalf("one sample: p50 %v p99 %v", p50, p99)
+	}
+	if s := summarize([]float64{3, 1, 2, 10}); s.Median != 2.5 || s.Min != 1 || s.Max != 10 || s.N != 4 {
+		t.Fatalf("summarize: %+v", s)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// comm with spaces and parentheses; utime 250, stime 50 ticks.
+	line := "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 100 0 0"
+	d, err := parseStatCPU(line)
+	if err != nil || d != 3*time.Second {
+		t.Fatalf("got %v, %v; want 3s", d, err)
+	}
+	if _, err := parseStatCPU("garbage"); err == nil {
+		t.Fatal("no error for a malformed line")
+	}
+	self, err := processCPU(os.Getpid())
+	if err != nil || self < 0 {
+		t.Fatalf("own CPU: %v, %v", self, err)
+	}
+}
+
+func TestPattern(t *testing.T) {
+	for _, bs := range []int{4096, 1000, 7} { // aligned and unaligned blocks
+		buf := make([]byte, 10*bs)
+		fillPattern(buf, 0, 42)
+		all := Blocks{{0, 10}}
+		if v := verifyBlocks(buf, bs, all, 42, "test"); !v.OK || v.Checked != 10 || v.Blocks != "0..9" {
+			t.Fatalf("block size %d: %+v", bs, v)
+		}
+		if v := verifyBlocks(buf, bs, all, 43, "test"); v.OK || v.Mismatched != 10 {
+			t.Fatalf("block size %d, other seed: %+v", bs, v)
+		}
+		buf[3*bs+bs/2] ^= 1
+		buf[7*bs] ^= 0x80
+		if v := verifyBlocks(buf, bs, all, 42, "test"); v.OK || v.Mismatched != 2 || len(v.FirstBad) != 2 || v.FirstBad[0] != 3 || v.FirstBad[1] != 7 {
+			t.Fatalf("block size %d, two damaged blocks: %+v", bs, v)
+		}
+		// A block filled on its own matches the same block of a whole-buffer fill.
+		one := make([]byte, bs)
+		fillPattern(one, uint64(5*bs), 42)
+		if !bytes.Equal(one, buf[5*bs:6*bs]) {
+			t.Fatalf("block size %d: block-wise fill differs from buffer fill", bs)
+		}
+	}
+	if v := verifyBlocks(make([]byte, 100), 10, nil, 1, "test"); v.OK || v.Error == "" {
+		t.Fatalf("zero blocks verified OK: %+v", v)
+	}
+	if v := verifyBlocks(make([]byte, 100), 10, Blocks{{5, 6}}, 1, "test"); v.OK || v.Error == "" {
+		t.Fatalf("too many blocks verified OK: %+v", v)
+	}
+}
+
+func TestTCPConnections(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want int
+		bad  bool
+	}{
+		{nil, 4, false}, {int64(8), 8, false}, {8, 8, false}, {float64(2), 2, false}, {"16", 16, false},
+		{float64(2.5), 0, true}, {"many", 0, true}, {int64(0), 0, true}, {int64(65), 0, true},
+	} {
+		cfg := connector.Config{}
+		if tc.v != nil {
+			cfg.Transports = map[string]map[string]any{"tcp": {"connections": tc.v}}
+		}
+		n, err := TCPConnections(cfg)
+		if tc.bad != (err != nil) || n != tc.want {
+			t.Errorf("connections %v: got %d, %v", tc.v, n, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "transports.tcp.connections") {
+			t.Errorf("error does not name the key: %v", err)
+		}
+	}
+}
+
+func TestWorkloadValidate(t *testing.T) {
+	ok := Workload{Op: Write, BlockSize: 4096, BatchSize: 8, Threads: 2, Duration: time.Second}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for flag, mutate := range map[string]func(*Workload){
+		"--operation":  func(w *Workload) { w.Op = "copy" },
+		"--block-size": func(w *Workload) { w.BlockSize = 0 },
+		"--batch-size": func(w *Workload) { w.BatchSize = 0 },
+		"--threads":    func(w *Workload) { w.Threads = -1 },
+		"--duration":   func(w *Workload) { w.Duration = 0 },
+		"--warmup":     func(w *Workload) { w.Warmup = -time.Second },
+	} {
+		w := ok
+		mutate(&w)
+		if err := w.Validate(); err == nil || !strings.HasPrefix(err.Error(), flag+" ") {
+			t.Errorf("%s: got %v", flag, err)
+		}
+	}
+	if _, err := ParseOperation("Write"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ParseOperation("copy"); err == nil || !strings.Contains(err.Error(), "read or write") {
+		t.Errorf("ParseOperation(copy): %v", err)
+	}
+}
+
+// TestRawBaseline runs the raw sockets both ways and checks the bytes
+// really arrive where the layout says.
+func TestRawBaseline(t *testing.T) {
+	checkGoroutines(t)
+	const bs, buf = 4096, 64 << 10 // 16 blocks: batches wrap around
+	r, err := NewRaw(3, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Connections() != 3 {
+		t.Fatalf("%d connections", r.Connections())
+	}
+	ctx := context.Background()
+
+	fillPattern(r.cbuf, 0, 7)
+	w := Workload{Op: Write, BlockSize: bs, BatchSize: 5, Threads: 2, Duration: 50 * time.Millisecond, Warmup: 10 * time.Millisecond}
+	res, err := r.Run(ctx, w, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if res.Mode != "raw" || res.Connections != 3 || res.PluginCPU != 0 {
+		t.Fatalf("raw result: %+v", res)
+	}
+	all := Blocks{{0, buf / bs}}
+	if v := verifyBlocks(r.sbuf, bs, all, 7, "server"); !v.OK {
+		t.Fatalf("WRITE: server buffer after the run: %+v", v)
+	}
+
+	fillPattern(r.sbuf, 0, 9)
+	w.Op, w.BatchSize, w.Threads = Read, 5, 3 // 5 blocks per thread
+	res, err = r.Run(ctx, w, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if v := verifyBlocks(r.cbuf, bs, Blocks{{0, 15}}, 9, "client"); !v.OK { // 3 threads x 5 blocks
+		t.Fatalf("READ: client buffer after the run: %+v", v)
+	}
+
+	w.BlockSize = 2 * buf
+	if _, err := r.Run(ctx, w, nil, ""); err == nil || !strings.Contains(err.Error(), "--block-size") {
+		t.Fatalf("block larger than the buffer: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRaw(0, buf); err == nil {
+		t.Fatal("NewRaw(0 connections) worked")
+	}
+}
+
+func checkResult(t *testing.T, r Result) {
+	t.Helper()
+	if r.Bytes == 0 || r.Ops == 0 || r.Batches == 0 || r.GBps <= 0 || r.OpsPerSec <= 0 || r.Seconds <= 0 {
+		t.Fatalf("nothing measured: %+v", r)
+	}
+	if r.Bytes != r.Ops*uint64(r.BlockSize) || r.Ops != r.Batches*uint64(r.BatchSize) {
+		t.Fatalf("bytes, ops and batches disagree: %+v", r)
+	}
+	if r.LatencyP50 <= 0 || r.LatencyP50 > r.LatencyP99 || r.LatencyP99 > r.LatencyMax {
+		t.Fatalf("latency p50 %v p99 %v max %v", r.LatencyP50, r.LatencyP99, r.LatencyMax)
+	}
+	if r.HostCPU < 0 || r.PluginCPU < 0 || r.Unit != Unit {
+		t.Fatalf("CPU or unit: %+v", r)
+	}
+}
+
+// TestPairVerify runs WRITE and READ between two nodes (plugins) and
+// checks verification end to end, including a damaged block.
+func TestPairVerify(t *testing.T) {
+	checkGoroutines(t)
+	ctx := context.Background()
+	cfg := connector.Config{PluginDir: tcpPluginDir(t)}
+	const bs = 16 << 10
+	p, err := StartPair(ctx, cfg, 1<<20, nil...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Mode() != "plugin" || len(p.PluginPIDs()) != 2 {
+		t.Fatalf("mode %q, plugin pids %v", p.Mode(), p.PluginPIDs())
+	}
+	target := &Target{Node: p.Target, CorruptBlock: -1}
+	var events []TargetEvent
+	var mu sync.Mutex
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		target.Serve(sctx, func(ev TargetEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	}()
+	defer func() { cancel(); <-served }()
+	session := p.Peer.Session()
+
+	if err := PrepareVerify(ctx, p.Initiator, session, Write, 5, bs); err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{Op: Write, BlockSize: bs, BatchSize: 8, Threads: 2, Duration: 50 * time.Millisecond}
+	res, blocks, err := Run(ctx, RunInput{Initiator: p.Initiator, Peer: p.Peer, Workload: w, PIDs: p.PluginPIDs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if res.Transport != "tcp" || res.Mode != "plugin" || blocks.Total() < 8 || blocks.Total() > 64 {
+		t.Fatalf("transport %s mode %s blocks %s", res.Transport, res.Mode, blocks)
+	}
+	v, err := Verify(ctx, p.Initiator, session, Write, 5, bs, blocks)
+	if err != nil || !v.OK || v.Checked != blocks.Total() || v.By != "target" {
+		t.Fatalf("verify WRITE: %+v, %v", v, err)
+	}
+	target.CorruptBlock = 0
+	v, err = Verify(ctx, p.Initiator, session, Write, 5, bs, blocks)
+	if err != nil || v.OK || v.Mismatched != 1 || v.FirstBad[0] != 0 || v.Blocks != blocks.String() {
+		t.Fatalf("verify WRITE with block 0 damaged: %+v, %v", v, err)
+	}
+	// The wrong seed fails every block (and the hook undoes the damage).
+	v, err = Verify(ctx, p.Initiator, session, Write, 6, bs, blocks)
+	if err != nil || v.Mismatched != blocks.Total() {
+		t.Fatalf("verify WRITE with the wrong seed: %+v, %v", v, err)
+	}
+	target.CorruptBlock = -1
+
+	if err := PrepareVerify(ctx, p.Initiator, session, Read, 5, bs); err != nil {
+		t.Fatal(err)
+	}
+	w.Op = Read
+	res, blocks, err = Run(ctx, RunInput{Initiator: p.Initiator, Peer: p.Peer, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if v, err := Verify(ctx, p.Initiator, session, Read, 5, bs, blocks); err != nil || !v.OK || v.By != "initiator" {
+		t.Fatalf("verify READ: %+v, %v", v, err)
+	}
+	if v, _ := Verify(ctx, p.Initiator, session, Read, 6, bs, blocks); v.OK {
+		t.Fatalf("verify READ with the wrong seed passed: %+v", v)
+	}
+	cancel()
+	<-served
+	served = make(chan struct{})
+	close(served)
+	if len(events) != 4 || events[0].Event != "verify" || events[3].Event != "fill" || events[0].From != p.Initiator.C.Endpoint() {
+		t.Fatalf("target events: %+v", events)
+	}
+}
+
+// TestSuiteTable runs the suite with one round of tiny measurements and
+// checks the table has every expected row and section.
+func TestSuiteTable(t *testing.T) {
+	checkGoroutines(t)
+	o := SuiteOptions{
+		Config: connector.Config{PluginDir: tcpPluginDir(t)}, Rounds: 1, Duration: 30 * time.Millisecond,
+		Threads: 2, BatchSize: 4, FallbackSamples: 1,
+		Command: "kvconnect bench --suite",
+	}
+	res, err := RunSuite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	res.WriteMarkdown(&md, true)
+	out := md.String()
+	for _, v := range []string{VariantRaw, VariantTCPPlugin, VariantTCPInProc} {
+		for _, op := range []string{"WRITE", "READ"} {
+			for _, bs := range []string{"64KiB", "1MiB"} {
+				row := "| " + v + " | " + op + " | " + bs + " | **"
+				if !strings.Contains(out, row) {
+					t.Errorf("no row starting %q", row)
+				}
+			}
+		}
+		if _, lat, _ := strings.Cut(out, "## Single 4KiB WRITE latency"); !strings.Contains(lat, "| "+v+" | ") {
+			t.Errorf("no latency row for %s", v)
+		}
+	}
+	for _, want := range []string{
+		"## Machine", "- CPU: ", "- Kernel: ", "- Go: go", "## How to reproduce", "kvconnect bench --suite",
+		"| tcp plugin / raw, WRITE 1MiB ≥ 0.85 |", "| tcp plugin / in-process, READ 1MiB ≥ 0.95 |",
+		"## Single 4KiB WRITE latency", "## connector.New: protocol rdma falling back to tcp", "ended on tcp",
+		"| WRITE | 1MiB |", // plugin vs in-process
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// ucx and efa: a row each, measured or saying why not.
+	for _, v := range []string{VariantUCXPlugin, VariantEFAPlugin} {
+		if !strings.Contains(out, "| "+v+" | – | – | not available: ") && !strings.Contains(out, "| "+v+" | WRITE | 64KiB | **") {
+			t.Errorf("no row for %s", v)
+		}
+	}
+	for _, c := range res.Cells {
+		if c.Variant == VariantRaw || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPInProc {
+			if len(c.Results) != 1 || len(c.Errors) > 0 {
+				t.Errorf("%s %s %s: %d results, errors %v", c.Variant, c.Op, units.FormatSize(uint64(c.BlockSize)), len(c.Results), c.Errors)
+				continue
+			}
+			checkResult(t, c.Results[0])
+		}
+	}
+	if res.Fallback.TotalMs.N != 1 || res.Fallback.EndedOn[0] != "tcp" {
+		t.Errorf("fallback timing: %+v", res.Fallback)
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
+
+func TestSuiteOptionsValidate(t *testing.T) {
+	o := SuiteOptions{Rounds: -1}
+	o.setDefaults()
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--rounds") {
+		t.Errorf("rounds -1: %v", err)
+	}
+	o = SuiteOptions{BufferSize: 100 << 10}
+	o.setDefaults()
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--buffer-size") {
+		t.Errorf("buffer smaller than a block: %v", err)
+	}
+}
+
+func TestProgressQuietWhenPiped(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if NewProgress(w) != nil || NewProgress(&bytes.Buffer{}) != nil {
+		t.Fatal("progress line on a pipe or buffer")
+	}
+	var p *Progress // nil is quiet and safe
+	p.Set("x %d", 1)
+	p.Clear()
+	p.ticker(time.Millisecond, func() {})()
+}
+
+func TestLayout(t *testing.T) {
+	l := newLayout(10, 3) // 3 blocks each; block 9 unused
+	for th, want := range [][]uint64{{0, 1, 2, 0}, {3, 4, 5, 3}, {6, 7, 8, 6}} {
+		for k, b := range want {
+			if got := l.block(th, uint64(k)); got != b {
+				t.Errorf("thread %d op %d: block %d, want %d", th, k, got, b)
+			}
+		}
+	}
+	if got := l.touched([]uint64{2, 5, 0}).String(); got != "0..1, 3..5" {
+		t.Errorf("touched: %s", got)
+	}
+	if got := l.touched([]uint64{3, 3, 3}); got.String() != "0..8" || got.Total() != 9 {
+		t.Errorf("touched all: %s (%d)", got, got.Total())
+	}
+	shared := newLayout(2, 4) // fewer blocks than threads: all share
+	if shared.block(3, 5) != 1 || shared.touched([]uint64{1, 0, 0, 0}).String() != "0" {
+		t.Errorf("shared layout: %d %s", shared.block(3, 5), shared.touched([]uint64{1, 0, 0, 0}))
+	}
+	if (Blocks{}).String() != "none" {
+		t.Error("empty blocks")
+	}
+}

@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Machine describes where a suite ran.
+type Machine struct {
+	CPU       string `json:"cpu"`
+	Cores     int    `json:"cores"` // runtime.NumCPU
+	Kernel    string `json:"kernel"`
+	Go        string `json:"go"`
+	Date      string `json:"date"` // UTC, RFC 3339
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
+}
+
+// DescribeMachine reads the CPU model, core count, kernel and Go version.
+func DescribeMachine() Machine {
+	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Go: runtime.Version(),
+		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg()}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

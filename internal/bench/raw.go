@@ -1,0 +1,384 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvconnect/kvconnect/internal/units"
+)
+
+// Raw is the baseline: plain Go TCP sockets on loopback moving the same
+// work as a kvconnect run, with nothing of kvconnect in the path. A batch
+// of B blocks is striped over the connections (block i on connection
+// i mod C). For each stripe the client sends a 24-byte header; for WRITE it
+// sends the stripe's blocks (writev) and the server io.ReadFull's each
+// block into its buffer and acks the stripe with one byte; for READ the
+// server writes the blocks (writev) and the client io.ReadFull's them. A
+// batch completes when every connection has finished its stripe. Each
+// connection pipelines: stripes of several threads' batches may be in
+// flight on it at once, matched to replies in order, as the tcp
+// transport's requests are. Blocks cycle through client and server
+// buffers of the same size, at the same offsets, as a kvconnect run does.
+type Raw struct {
+	conns   []*rawConn
+	servers []net.Conn
+	ln      net.Listener
+	cbuf    []byte
+	sbuf    []byte
+	wg      sync.WaitGroup
+	err     atomic.Pointer[error]
+	closed  bool
+}
+
+type rawConn struct {
+	r        *Raw
+	nc       net.Conn
+	send     chan *stripe
+	inflight chan *stripe
+}
+
+type stripe struct {
+	op        byte
+	count     uint32 // blocks
+	stride    uint32
+	bs        uint32
+	partStart uint32 // the thread's blocks (see layout)
+	partLen   uint32
+	first     uint64 // the thread's op number of the stripe's first block
+	done      *sync.WaitGroup
+}
+
+const (
+	rawOpWrite = 1
+	rawOpRead  = 2
+	rawHeader  = 32 // op(1) pad(3) count(4) stride(4) block size(4) part start(4) part length(4) first(8)
+)
+
+func (s *stripe) encode(b []byte) {
+	b[0] = s.op
+	b[1], b[2], b[3] = 0, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], s.count)
+	binary.LittleEndian.PutUint32(b[8:], s.stride)
+	binary.LittleEndian.PutUint32(b[12:], s.bs)
+	binary.LittleEndian.PutUint32(b[16:], s.partStart)
+	binary.LittleEndian.PutUint32(b[20:], s.partLen)
+	binary.LittleEndian.PutUint64(b[24:], s.first)
+}
+
+func decodeStripe(b []byte) stripe {
+	return stripe{op: b[0], count: binary.LittleEndian.Uint32(b[4:]), stride: binary.LittleEndian.Uint32(b[8:]),
+		bs: binary.LittleEndian.Uint32(b[12:]), partStart: binary.LittleEndian.Uint32(b[16:]),
+		partLen: binary.LittleEndian.Uint32(b[20:]), first: binary.LittleEndian.Uint64(b[24:])}
+}
+
+// blocks appends the stripe's block slices of buf to out: block j of the
+// stripe is the thread's op first + j*stride.
+func (s *stripe) blocks(buf []byte, out [][]byte) ([][]byte, error) {
+	bs := uint64(s.bs)
+	if bs == 0 || s.partLen == 0 || (uint64(s.partStart)+uint64(s.partLen))*bs > uint64(len(buf)) {
+		return out, fmt.Errorf("raw: blocks %d+%d of %d bytes do not fit the %d-byte buffer", s.partStart, s.partLen, bs, len(buf))
+	}
+	for j := range uint64(s.count) {
+		off := (uint64(s.partStart) + (s.first+j*uint64(s.stride))%uint64(s.partLen)) * bs
+		out = append(out, buf[off:off+bs:off+bs])
+	}
+	return out, nil
+}
+
+// NewRaw opens conns loopback connections with client and server buffers
+// of bufSize bytes each (touched, so page faults stay out of the runs).
+func NewRaw(conns, bufSize int) (*Raw, error) {
+	if conns < 1 || conns > 64 {
+		return nil, fmt.Errorf("raw baseline: %d connections: must be between 1 and 64 (transports.tcp.connections)", conns)
+	}
+	if bufSize < 1 {
+		return nil, fmt.Errorf("--buffer-size %d: must be positive", bufSize)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("raw baseline: %w", err)
+	}
+	r := &Raw{ln: ln, cbuf: make([]byte, bufSize), sbuf: make([]byte, bufSize)}
+	for i := 0; i < bufSize; i += 4096 {
+		r.cbuf[i], r.sbuf[i] = 1, 1
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		for range conns {
+			nc, err := ln.Accept()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			r.servers = append(r.servers, nc)
+		}
+		accepted <- nil
+	}()
+	var dialErr error
+	for range conns {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			dialErr = err
+			break
+		}
+		r.conns = append(r.conns, &rawConn{r: r, nc: nc, send: make(chan *stripe, 64), inflight: make(chan *stripe, 1024)})
+	}
+	if dialErr != nil {
+		ln.Close()
+	}
+	if err := <-accepted; err != nil || dialErr != nil {
+		for _, c := range r.conns {
+			c.nc.Close()
+		}
+		for _, s := range r.servers {
+			s.Close()
+		}
+		return nil, fmt.Errorf("raw baseline: connecting on loopback: %w", errors.Join(dialErr, err))
+	}
+	for _, s := range r.servers {
+		r.wg.Add(1)
+		go r.serve(s)
+	}
+	for _, c := range r.conns {
+		r.wg.Add(2)
+		go c.sender()
+		go c.receiver()
+	}
+	return r, nil
+}
+
+// Connections is the number of connections.
+func (r *Raw) Connections() int { return len(r.conns) }
+
+func (r *Raw) fail(err error) {
+	r.err.CompareAndSwap(nil, &err)
+}
+
+func (r *Raw) failed() error {
+	if p := r.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// serve is the server side of one connection.
+func (r *Raw) serve(nc net.Conn) {
+	defer r.wg.Done()
+	defer nc.Close()
+	var hdr [rawHeader]byte
+	ack := []byte{1}
+	var blocks [][]byte
+	for {
+		if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+			return // the client closed
+		}
+		s := decodeStripe(hdr[:])
+		var err error
+		if blocks, err = s.blocks(r.sbuf, blocks[:0]); err != nil {
+			r.fail(err)
+			return
+		}
+		switch s.op {
+		case rawOpWrite:
+			for _, b := range blocks {
+				if _, err := io.ReadFull(nc, b); err != nil {
+					r.fail(fmt.Errorf("raw server: %w", err))
+					return
+				}
+			}
+			if _, err := nc.Write(ack); err != nil {
+				r.fail(fmt.Errorf("raw server: %w", err))
+				return
+			}
+		case rawOpRead:
+			bufs := net.Buffers(blocks)
+			if _, err := bufs.WriteTo(nc); err != nil {
+				r.fail(fmt.Errorf("raw server: %w", err))
+				return
+			}
+		default:
+			r.fail(fmt.Errorf("raw server: bad op %d", s.op))
+			return
+		}
+	}
+}
+
+// sender writes stripes in order; the receiver matches replies in the
+// same order. After an error stripes are passed on unsent and the
+// receiver completes them.
+func (c *rawConn) sender() {
+	defer c.r.wg.Done()
+	defer close(c.inflight)
+	hdr := make([]byte, rawHeader)
+	var blocks [][]byte
+	broken := false
+	for s := range c.send {
+		c.inflight <- s
+		if broken {
+			continue
+		}
+		s.encode(hdr)
+		blocks = append(blocks[:0], hdr)
+		if s.op == rawOpWrite {
+			var err error
+			if blocks, err = s.blocks(c.r.cbuf, blocks); err != nil {
+				c.r.fail(err)
+			}
+		}
+		bufs := net.Buffers(blocks)
+		if _, err := bufs.WriteTo(c.nc); err != nil {
+			c.r.fail(fmt.Errorf("raw client: %w", err))
+			broken = true
+			c.nc.Close()
+		}
+	}
+}
+
+func (c *rawConn) receiver() {
+	defer c.r.wg.Done()
+	var ack [1]byte
+	var blocks [][]byte
+	broken := false
+	for s := range c.inflight {
+		if !broken {
+			var err error
+			switch s.op {
+			case rawOpWrite:
+				_, err = io.ReadFull(c.nc, ack[:])
+			case rawOpRead:
+				if blocks, err = s.blocks(c.r.cbuf, blocks[:0]); err == nil {
+					for _, b := range blocks {
+						if _, err = io.ReadFull(c.nc, b); err != nil {
+							break
+						}
+					}
+				}
+			}
+			if err != nil {
+				c.r.fail(fmt.Errorf("raw client: %w", err))
+				broken = true
+				c.nc.Close()
+			}
+		}
+		s.done.Done()
+	}
+}
+
+// Run measures w over the raw sockets, with the block layout of a
+// kvconnect run.
+func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label string) (Result, error) {
+	if err := w.Validate(); err != nil {
+		return Result{}, err
+	}
+	if w.BlockSize > len(r.cbuf) {
+		return Result{}, fmt.Errorf("--block-size %s is larger than the buffers (%s): raise --buffer-size",
+			units.FormatSize(uint64(w.BlockSize)), units.FormatSize(uint64(len(r.cbuf))))
+	}
+	if uint64(w.BlockSize) > 1<<32-1 || len(r.cbuf)/w.BlockSize > 1<<32-1 {
+		return Result{}, fmt.Errorf("--block-size %d: the raw baseline handles blocks under 4GiB", w.BlockSize)
+	}
+	op := byte(rawOpWrite)
+	if w.Op == Read {
+		op = rawOpRead
+	}
+	C := len(r.conns)
+	lay := newLayout(len(r.cbuf)/w.BlockSize, w.Threads)
+	issued := make([]uint64, w.Threads)
+	var cnt counters
+	phase := func(d time.Duration, lat [][]time.Duration) error {
+		deadline := time.Now().Add(d)
+		var wg sync.WaitGroup
+		for t := range w.Threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start, n := lay.part(t)
+				stripes := make([]stripe, min(C, w.BatchSize))
+				var done sync.WaitGroup
+				for time.Now().Before(deadline) && ctx.Err() == nil && r.failed() == nil {
+					k0 := issued[t]
+					issued[t] += uint64(w.BatchSize)
+					began := time.Now()
+					done.Add(len(stripes))
+					for c := range stripes {
+						stripes[c] = stripe{op: op, count: uint32((w.BatchSize - c + C - 1) / C), stride: uint32(C), bs: uint32(w.BlockSize),
+							partStart: uint32(start), partLen: uint32(n), first: k0 + uint64(c), done: &done}
+						r.conns[c].send <- &stripes[c]
+					}
+					done.Wait()
+					if r.failed() != nil {
+						return
+					}
+					if lat != nil {
+						lat[t] = append(lat[t], time.Since(began))
+					}
+					cnt.bytes.Add(uint64(w.BatchSize) * uint64(w.BlockSize))
+					cnt.ops.Add(uint64(w.BatchSize))
+					cnt.batches.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if err := r.failed(); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	if w.Warmup > 0 {
+		progress.Set("%swarming up for %v", label, w.Warmup)
+		if err := phase(w.Warmup, nil); err != nil {
+			return Result{}, err
+		}
+	}
+	cnt.reset()
+	before, _ := snapshotCPU(nil)
+	lat := make([][]time.Duration, w.Threads)
+	start := time.Now()
+	stop := progress.ticker(250*time.Millisecond, func() {
+		el := time.Since(start)
+		progress.Set("%s%5.1fs/%v  %7.3f GB/s", label, el.Seconds(), w.Duration, float64(cnt.bytes.Load())/el.Seconds()/1e9)
+	})
+	err := phase(w.Duration, lat)
+	elapsed := time.Since(start)
+	stop()
+	progress.Clear()
+	if err != nil {
+		return Result{}, err
+	}
+	after, _ := snapshotCPU(nil)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	res := Result{Transport: "raw", Mode: "raw", Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load()}
+	res.HostCPU, res.PluginCPU = after.since(before)
+	res.fill(w, elapsed, all)
+	return res, nil
+}
+
+// Close ends the connections and waits for every goroutine. It must not
+// be called while Run is running.
+func (r *Raw) Close() error {
+	if r == nil || r.closed {
+		return nil
+	}
+	r.closed = true
+	for _, c := range r.conns {
+		close(c.send)
+	}
+	// The senders then close inflight and the receivers end; closing the
+	// client sockets ends the servers.
+	err := r.ln.Close()
+	for _, c := range r.conns {
+		c.nc.Close()
+	}
+	r.wg.Wait()
+	return err
+}

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/kvconnect/kvconnect/internal/units"
+)
+
+// Targets of issue 7, checked against the suite's medians.
+var targets = []struct {
+	variant  string
+	op       Operation
+	bs       int
+	min      float64
+	vsInProc bool
+}{
+	{VariantTCPPlugin, Write, 1 << 20, 0.85, false},
+	{VariantTCPPlugin, Read, 1 << 20, 0.85, false},
+	{VariantTCPPlugin, Write, 64 << 10, 0.75, false},
+	{VariantTCPPlugin, Read, 64 << 10, 0.75, false},
+	{VariantTCPPlugin, Write, 1 << 20, 0.95, true},
+	{VariantTCPPlugin, Read, 1 << 20, 0.95, true},
+}
+
+func f2(x float64) string { return fmt.Sprintf("%.2f", x) }
+
+func rangeStr(s summary, format func(float64) string) string {
+	if s.N == 0 {
+		return "–"
+	}
+	return format(s.Min) + "–" + format(s.Max)
+}
+
+func usOrMs(x float64) string {
+	if x >= 10000 {
+		return fmt.Sprintf("%.1f ms", x/1000)
+	}
+	return fmt.Sprintf("%.0f µs", x)
+}
+
+// WriteMarkdown renders the suite as markdown: machine, method, the
+// throughput table with ratios to the raw baseline, plugin vs in-process,
+// the targets, single-op latency and the rdma -> tcp fallback time.
+func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	if withMachine {
+		m := res.Machine
+		p("# kvconnect performance\n\n")
+		p("Measured by `kvconnect bench --suite` (run by `make bench`) on loopback. Throughput is in %s.\n\n", Unit)
+		p("## Machine\n\n")
+		p("- CPU: %s, %d cores visible\n", m.CPU, m.Cores)
+		p("- Kernel: %s\n", m.Kernel)
+		p("- Go: %s\n", m.Go)
+		p("- Date: %s (suite took %s)\n", m.Date, res.Elapsed)
+		p("- Load average (1/5/15 min): %s at the start, %s at the end. The machine is shared and noisy: other jobs ran alongside, which is why every number is a median over rounds and each ratio pairs measurements taken back to back.\n\n", m.LoadStart, m.LoadEnd)
+		p("## How to reproduce\n\n```sh\nmake bench BENCH_ROUNDS=%d\n# which runs\n%s\n```\n\n", res.Rounds, res.Command)
+	}
+	p("## Method\n\n")
+	p("Each round measures every variant on every workload, one after another, the variants in a rotated order; "+
+		"%d rounds; each measurement runs %s after a %s warmup. A workload is %d threads, each keeping one batch of %d ops in flight "+
+		"(ops cycle through a %s buffer on each side, at the same offsets). Medians over rounds; min–max is the spread. "+
+		"\"vs raw\" is the median over rounds of the variant's GB/s divided by the raw baseline's in the same round.\n\n",
+		res.Rounds, res.Duration, res.Warmup, res.Threads, res.BatchSize, units.FormatSize(uint64(res.BufferSize)))
+	p("The raw baseline is plain Go `net.TCPConn`s on loopback, %d connections (transports.tcp.connections), with nothing of kvconnect in the path: "+
+		"each batch is striped over the connections; WRITE sends a small header and the blocks (writev) and the server `io.ReadFull`s each block "+
+		"into its buffer and acks the stripe with one byte; READ is the reverse. The kvconnect variants run two nodes in one process; "+
+		"\"plugin\" means each node's transport is its own subprocess (so four processes take part), \"in-process\" means no subprocess. "+
+		"CPU is user+system seconds per GB moved: host = this process (both nodes' host sides, and the transport itself when in-process), "+
+		"plugin = both plugin processes.\n\n", res.Conns)
+
+	p("## Throughput\n\n")
+	p("| variant | op | block | GB/s (median) | min–max | vs raw | ops/s | batch p50 / p99 | host CPU s/GB | plugin CPU s/GB |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	cells := slices.Clone(res.Cells)
+	order := map[string]int{}
+	for i, v := range res.Variants {
+		order[v.Name] = i
+	}
+	slices.SortStableFunc(cells, func(a, b *Cell) int {
+		if a.BlockSize != b.BlockSize {
+			return a.BlockSize - b.BlockSize
+		}
+		if a.Op != b.Op {
+			return strings.Compare(string(b.Op), string(a.Op)) // WRITE first
+		}
+		return order[a.Variant] - order[b.Variant]
+	})
+	avail := map[string]bool{}
+	for _, v := range res.Variants {
+		avail[v.Name] = v.Available
+	}
+	for _, c := range cells {
+		name := c.Variant
+		if !avail[name] {
+			continue // one row each, below
+		}
+		if len(c.Results) == 0 {
+			reason := "no result"
+			if len(c.Errors) > 0 {
+				reason = c.Errors[0]
+			}
+			p("| %s | %s | %s | %s | | | | | | |\n", name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), mdEscape(reason))
+			continue
+		}
+		ratio := "1 (baseline)"
+		if c.Variant != VariantRaw {
+			ratio = "–"
+			if c.Ratio.N > 0 {
+				ratio = f2(c.Ratio.Median)
+			}
+		}
+		note := ""
+		if len(c.Errors) > 0 {
+			note = " (" + mdEscape(c.Errors[0]) + ")"
+		}
+		plugin := f2(c.PluginCPUG.Median)
+		if c.Variant == VariantRaw || c.Variant == VariantTCPInProc {
+			plugin = "–"
+		}
+		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s |\n",
+			name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), c.GBps.Median, note, c.GBps.Min, c.GBps.Max, ratio,
+			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin)
+	}
+	for _, v := range res.Variants {
+		if !v.Available {
+			p("| %s | – | – | not available: %s | | | | | | |\n", v.Name, mdEscape(v.Reason))
+		}
+	}
+	p("\n")
+
+	if len(res.PluginVsInProcess) > 0 {
+		p("## tcp: subprocess plugin vs in-process\n\n")
+		p("| op | block | plugin / in-process (median) | min–max |\n|---|---|---:|---:|\n")
+		keys := make([]string, 0, len(res.PluginVsInProcess))
+		for k := range res.PluginVsInProcess {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			s := res.PluginVsInProcess[k]
+			op, bs, _ := strings.Cut(k, " ")
+			p("| %s | %s | %s | %s |\n", op, bs, f2(s.Median), rangeStr(s, f2))
+		}
+		p("\n")
+	}
+
+	p("## Targets\n\n| target | measured (median) | met |\n|---|---:|---|\n")
+	for _, t := range targets {
+		var got summary
+		what := fmt.Sprintf("%s / raw, %s %s ≥ %.2f", t.variant, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
+		if t.vsInProc {
+			what = fmt.Sprintf("tcp plugin / in-process, %s %s ≥ %.2f", t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
+			got = res.PluginVsInProcess[cellName(t.op, t.bs)]
+		} else {
+			for _, c := range res.Cells {
+				if c.Variant == t.variant && c.Op == t.op && c.BlockSize == t.bs {
+					got = c.Ratio
+				}
+			}
+		}
+		if got.N == 0 {
+			p("| %s | not measured | – |\n", what)
+			continue
+		}
+		met := "yes"
+		if got.Median < t.min {
+			met = "**no**"
+		}
+		p("| %s | %.2f | %s |\n", what, got.Median, met)
+	}
+	p("\n")
+
+	if len(res.Latency) > 0 {
+		bs := units.FormatSize(uint64(res.Latency[0].BlockSize))
+		p("## Single %s WRITE latency (%s)\n\n", bs, variantLatencyNote)
+		p("Each batch is one %s WRITE, submitted and waited for by one thread: the round trip an op pays. Medians over rounds of each round's p50 and p99.\n\n", bs)
+		p("| variant | p50 | p99 | ops/s |\n|---|---:|---:|---:|\n")
+		for _, c := range res.Latency {
+			if len(c.Results) == 0 {
+				p("| %s | %s | | |\n", c.Variant, mdEscape(strings.Join(c.Errors, "; ")))
+				continue
+			}
+			p("| %s | %.1f µs | %.1f µs | %.0f |\n", c.Variant, c.P50us.Median, c.P99us.Median, c.OpsPerSec.Median)
+		}
+		p("\n")
+	}
+
+	f := res.Fallback
+	p("## connector.New: protocol rdma falling back to tcp\n\n")
+	if f.TotalMs.N == 0 {
+		p("Not measured: %s\n\n", mdEscape(strings.Join(f.Errors, "; ")))
+	} else {
+		ended := strings.Join(slices.Compact(slices.Sorted(slices.Values(f.EndedOn))), ", ")
+		p("`connector.New` with %s, timed %d times (alternating with the runs above), ended on %s: **median %.1f ms** (min–max %.1f–%.1f ms; target under 150 ms). ",
+			f.Config, f.TotalMs.N, ended, f.TotalMs.Median, f.TotalMs.Min, f.TotalMs.Max)
+		p("The rdma attempt took a median %.1f ms and the tcp attempt %.1f ms; `connector.New` with protocol tcp alone takes a median %.1f ms.\n\n",
+			f.RDMAMs.Median, f.TCPMs.Median, f.PlainTCPMs.Median)
+		if f.RDMAPlugin == "" {
+			p("What was measured: the rdma plugin binary is absent here, so the rdma attempt failed at step \"%s\" (%s). "+
+				"That is faster than a real rdma device preflight (launching the plugin and probing devices); the number will grow when the rdma plugin is built.\n\n",
+				f.FirstStep, mdEscape(f.FirstCause))
+		} else {
+			p("What was measured: the rdma plugin (%s) ran and its attempt failed at step \"%s\" (%s): a real preflight on a host without usable RDMA devices.\n\n",
+				f.RDMAPlugin, f.FirstStep, mdEscape(f.FirstCause))
+		}
+	}
+	if len(f.Errors) > 0 && f.TotalMs.N > 0 {
+		p("Some samples failed: %s\n\n", mdEscape(strings.Join(f.Errors, "; ")))
+	}
+
+	p("## Variants\n\n| variant | transport | mode | available | detail |\n|---|---|---|---|---|\n")
+	for _, v := range res.Variants {
+		avail := "yes"
+		if !v.Available {
+			avail = "not available: " + mdEscape(v.Reason)
+		}
+		p("| %s | %s | %s | %s | %s |\n", v.Name, v.Transport, v.Mode, avail, mdEscape(v.Detail))
+	}
+	p("\n")
+}
+
+func mdEscape(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}

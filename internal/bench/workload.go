@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/units"
+)
+
+// Operation is what a run does: READ pulls the peer's blocks into local
+// memory, WRITE pushes local blocks into the peer's memory.
+type Operation string
+
+// Operations.
+const (
+	Read  Operation = "read"
+	Write Operation = "write"
+)
+
+// ParseOperation parses --operation (case-insensitive).
+func ParseOperation(s string) (Operation, error) {
+	switch Operation(strings.ToLower(strings.TrimSpace(s))) {
+	case Read:
+		return Read, nil
+	case Write:
+		return Write, nil
+	}
+	return "", fmt.Errorf("--operation %q: must be read or write", s)
+}
+
+func (o Operation) kind() connector.OpKind {
+	if o == Read {
+		return connector.OpRead
+	}
+	return connector.OpWrite
+}
+
+// Upper is READ or WRITE, as tables print it.
+func (o Operation) Upper() string { return strings.ToUpper(string(o)) }
+
+// Limits on a workload's shape.
+const (
+	MaxBatchSize = 1 << 16
+	MaxThreads   = 1024
+)
+
+// Workload is the shape of one measurement.
+type Workload struct {
+	Op        Operation
+	BlockSize int // bytes per op
+	BatchSize int // ops per batch
+	Threads   int // goroutines, each with one batch in flight
+	// Duration is how long batches are submitted; the batches in flight at
+	// the end are waited for and counted.
+	Duration time.Duration
+	// Warmup runs the same workload, unmeasured, before Duration.
+	Warmup time.Duration
+}
+
+// Validate checks the workload and names the flag at fault.
+func (w Workload) Validate() error {
+	switch {
+	case w.Op != Read && w.Op != Write:
+		return fmt.Errorf("--operation %q: must be read or write", w.Op)
+	case w.BlockSize < 1 || w.BlockSize > connector.MaxRegionSize:
+		return fmt.Errorf("--block-size %d: must be between 1 byte and %s", w.BlockSize, units.FormatSize(connector.MaxRegionSize))
+	case w.BatchSize < 1 || w.BatchSize > MaxBatchSize:
+		return fmt.Errorf("--batch-size %d: must be between 1 and %d", w.BatchSize, MaxBatchSize)
+	case w.Threads < 1 || w.Threads > MaxThreads:
+		return fmt.Errorf("--threads %d: must be between 1 and %d", w.Threads, MaxThreads)
+	case w.Duration <= 0:
+		return fmt.Errorf("--duration %v: must be positive, e.g. 10s", w.Duration)
+	case w.Warmup < 0:
+		return fmt.Errorf("--warmup %v: must not be negative", w.Warmup)
+	}
+	return nil
+}
+
+// String describes the workload for people: "WRITE 64KiB x 128/batch, 4 threads".
+func (w Workload) String() string {
+	return fmt.Sprintf("%s %s x %d/batch, %d thread%s", w.Op.Upper(), units.FormatSize(uint64(w.BlockSize)), w.BatchSize, w.Threads, plural(w.Threads))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// Unit is how every throughput in this package is expressed.
+const Unit = "GB/s (1 GB = 1e9 B)"
+
+// Result is one measurement. Throughputs are in GB/s with 1 GB = 1e9 B.
+type Result struct {
+	Variant     string  `json:"variant,omitempty"`
+	Round       int     `json:"round,omitempty"` // in a suite
+	Transport   string  `json:"transport"`
+	Mode        string  `json:"mode"` // plugin, in-process or raw
+	Peer        string  `json:"peer,omitempty"`
+	Operation   string  `json:"operation"`
+	BlockSize   int     `json:"block_size"`
+	BatchSize   int     `json:"batch_size"`
+	Threads     int     `json:"threads"`
+	Connections int     `json:"connections,omitempty"`
+	Seconds     float64 `json:"seconds"` // wall time measured
+	Bytes       uint64  `json:"bytes"`
+	Ops         uint64  `json:"ops"`
+	Batches     uint64  `json:"batches"`
+	GBps        float64 `json:"gb_per_s"`
+	Unit        string  `json:"unit"`
+	OpsPerSec   float64 `json:"ops_per_s"`
+	// Batch latency (submit to completion of a whole batch), microseconds.
+	LatencyP50 float64 `json:"batch_latency_p50_us"`
+	LatencyP99 float64 `json:"batch_latency_p99_us"`
+	LatencyMax float64 `json:"batch_latency_max_us"`
+	// CPU seconds (user + system) used during the measured interval by
+	// this process (both nodes' host sides in loopback mode, and the
+	// transport itself when it runs in-process) and by the plugin
+	// processes (both nodes' in loopback mode).
+	HostCPU    float64 `json:"host_cpu_s"`
+	PluginCPU  float64 `json:"plugin_cpu_s"`
+	PluginPIDs []int   `json:"plugin_pids,omitempty"`
+	// Verify is set when --verify was given.
+	Verify *VerifyResult `json:"verify,omitempty"`
+}
+
+// fill computes the derived fields.
+func (r *Result) fill(w Workload, elapsed time.Duration, lat []time.Duration) {
+	r.Operation, r.BlockSize, r.BatchSize, r.Threads = string(w.Op), w.BlockSize, w.BatchSize, w.Threads
+	r.Unit = Unit
+	r.Seconds = elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.GBps = float64(r.Bytes) / r.Seconds / 1e9
+		r.OpsPerSec = float64(r.Ops) / r.Seconds
+	}
+	p50, p99, pmax := latencySummary(lat)
+	r.LatencyP50, r.LatencyP99, r.LatencyMax = us(p50), us(p99), us(pmax)
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
