@@ -1,11 +1,7 @@
 package config
 
 import (
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // MetadataP2P is the metadata mode in which peers exchange segment
@@ -19,13 +15,21 @@ const MetadataP2P = "P2PHANDSHAKE"
 type Config struct {
 	// Hostname is the host peers use to reach this node. Default 127.0.0.1.
 	Hostname string `koanf:"hostname" json:"hostname"`
+	// BindAddress is the local address the RPC (handshake) port listens
+	// on; empty means all interfaces.
+	BindAddress string `koanf:"bind_address" json:"bind_address,omitempty"`
 	// RPCPort is the handshake port; 0 picks a free one.
 	RPCPort int `koanf:"rpc_port" json:"rpc_port"`
-	// Protocol is the transport to use: tcp (default).
+	// Protocol is the transport to try first: tcp (default), rdma, ucx,
+	// efa, ascend, or a third-party plugin's name.
 	Protocol string `koanf:"protocol" json:"protocol"`
-	// Metadata is the metadata mode; only P2PHANDSHAKE (default) for now.
+	// Metadata is the metadata mode; only P2PHANDSHAKE (default) works
+	// for now. etcd://, http:// and redis:// services are reported as not
+	// supported yet.
 	Metadata string `koanf:"metadata" json:"metadata"`
-	// DeviceName is passed to the transport (RDMA device list and so on).
+	// DeviceName is passed to the transport: empty (auto), a device name
+	// or a comma list (mlx5_0,mlx5_1). Load resolves a per-device map
+	// (JSON or a .json file) for LocalDeviceIndex; see ResolveDeviceName.
 	DeviceName string `koanf:"device_name" json:"device_name"`
 	// PluginDir is searched first for kvconnect-transport-<name> binaries.
 	PluginDir string `koanf:"plugin_dir" json:"plugin_dir"`
@@ -65,10 +69,9 @@ const (
 	DefaultConnectTimeout    = 10 * time.Second
 	DefaultTransferTimeout   = 30 * time.Second
 	DefaultMaxHandshakeFrame = 16 << 20
+	DefaultRole              = "kv_both"
+	DefaultBufferDevice      = "cpu"
 )
-
-// Roles a node may take.
-var Roles = []string{"kv_producer", "kv_consumer", "kv_both"}
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -91,75 +94,21 @@ func (c Config) WithDefaults() Config {
 		c.MaxHandshakeFrame = DefaultMaxHandshakeFrame
 	}
 	if c.Role == "" {
-		c.Role = "kv_both"
+		c.Role = DefaultRole
 	}
 	if c.BufferDevice == "" {
-		c.BufferDevice = "cpu"
+		c.BufferDevice = DefaultBufferDevice
 	}
 	return c
 }
 
-// Validate checks the config and names the first bad field.
+// Validate checks a Config (zero fields stand for their defaults) and
+// returns every problem at once, joined with errors.Join: each is a
+// *Problem naming the field's key, its value and what is allowed, and
+// wraps ErrInvalid (plugins.ErrInvalidArgument) or plugins.ErrNotSupported.
+// Use Problems(err) or errors.As to inspect them.
 func (c Config) Validate() error {
-	bad := func(key string, v any, allowed string) error {
-		return fmt.Errorf("config: %s = %v: %s: %w", key, v, allowed, plugins.ErrInvalidArgument)
-	}
-	if strings.ContainsAny(c.Hostname, " /") {
-		return bad("hostname", fmt.Sprintf("%q", c.Hostname), "must be a host name or IP address")
-	}
-	if c.RPCPort < 0 || c.RPCPort > 65535 {
-		return bad("rpc_port", c.RPCPort, "must be between 0 and 65535 (0 picks a free port)")
-	}
-	if c.Protocol != "" && !validName(c.Protocol) {
-		return bad("protocol", fmt.Sprintf("%q", c.Protocol), "must be a transport name like tcp, rdma, ucx, efa, ascend")
-	}
-	if c.Metadata != "" && c.Metadata != MetadataP2P {
-		return fmt.Errorf("config: metadata = %q: only %s is supported yet (etcd://, http:// and redis:// metadata services are planned): %w", c.Metadata, MetadataP2P, plugins.ErrNotSupported)
-	}
-	if c.ConnectTimeout < 0 {
-		return bad("connect_timeout", c.ConnectTimeout, "must not be negative")
-	}
-	if c.TransferTimeout < 0 {
-		return bad("transfer_timeout", c.TransferTimeout, "must not be negative")
-	}
-	if c.MaxHandshakeFrame < 0 || (c.MaxHandshakeFrame > 0 && c.MaxHandshakeFrame < 4096) {
-		return bad("max_handshake_frame", c.MaxHandshakeFrame, "must be at least 4096 bytes")
-	}
-	for i, f := range c.Fallback {
-		if !validName(f) {
-			return bad(fmt.Sprintf("fallback[%d]", i), fmt.Sprintf("%q", f), "must be a transport name like tcp, ucx")
-		}
-	}
-	if c.Role != "" && !contains(Roles, c.Role) {
-		return bad("role", fmt.Sprintf("%q", c.Role), "must be one of "+strings.Join(Roles, ", "))
-	}
-	if c.LocalDeviceIndex < 0 {
-		return bad("local_device_index", c.LocalDeviceIndex, "must not be negative")
-	}
-	switch c.BufferDevice {
-	case "", "cpu":
-	case "cuda", "npu", "xpu":
-		return fmt.Errorf("config: buffer_device = %q: not supported yet; kvconnect allocates KV buffers in host (cpu) shared memory: %w", c.BufferDevice, plugins.ErrNotSupported)
-	default:
-		return bad("buffer_device", fmt.Sprintf("%q", c.BufferDevice), "must be cpu (cuda and npu are not supported yet)")
-	}
-	return nil
-}
-
-func validName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	ck := &checker{}
+	ck.check(&c)
+	return joinProblems(ck.errs)
 }

@@ -7,54 +7,91 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	kjson "github.com/knadh/koanf/parsers/json"
 	"github.com/knadh/koanf/parsers/toml/v2"
 	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
-
-	"github.com/kvconnect/kvconnect/internal/units"
-	"github.com/kvconnect/kvconnect/plugins"
 )
 
-// ErrInvalid is wrapped by every configuration error.
-var ErrInvalid = plugins.ErrInvalidArgument
+// maxConfigFile bounds a config file or a kv_transfer_config JSON.
+const maxConfigFile = 4 << 20
 
-// EnvConfigFile names the config file when --config is not given.
-const EnvConfigFile = "KVCONNECT_CONFIG"
-
-// Options says where to load from.
+// Options says where Load reads from. The zero value reads $KVCONNECT_CONFIG,
+// $KVCONNECT_KV_TRANSFER_CONFIG and the process environment.
 type Options struct {
-	// ConfigFile is the --config flag; empty falls back to $KVCONNECT_CONFIG.
+	// ConfigFile is a kvconnect config file (.yaml, .yml, .toml or .json).
+	// Empty: the --config flag in Flags, then $KVCONNECT_CONFIG.
 	ConfigFile string
-	// Environ is the environment (os.Environ() when nil).
+	// KVTransferConfig is a vLLM kv_transfer_config: JSON text, @file, or
+	// a path to a .json file. Empty: the --kv-transfer-config flag in
+	// Flags. $KVCONNECT_KV_TRANSFER_CONFIG and a kv_transfer_config
+	// section in the config file are read too (below this one).
+	KVTransferConfig string
+	// Base is a configuration built in code. Its non-zero fields (and a
+	// non-nil Fallback) form a layer just above the defaults, with source
+	// "code"; the file, kv_transfer_config, environment and flags override
+	// it.
+	Base *Config
+	// Environ is the environment as KEY=VALUE strings. nil reads the
+	// process environment (os.Environ()); a non-nil empty slice reads none.
 	Environ []string
-	// Flags holds flags registered by RegisterFlags; only flags the user
-	// set count.
+	// Flags holds the flags registered by RegisterFlags; only flags the
+	// user set count.
 	Flags *pflag.FlagSet
 }
 
 // Value is one effective setting and where it came from.
 type Value struct {
-	Key    string `json:"key"`
+	Key string `json:"key"`
+	// Value is the effective value: a string, int, uint64 (sizes), a
+	// duration as a string ("30s"), a []string, or a transport option as
+	// written. nil for fallback when it is not set (the default chain).
+	Value any `json:"value"`
+	// Source is "default", "code", "file kvconnect.yaml", "kv_transfer_config
+	// kv_role in file vllm.json", "env MOONCAKE_PROTOCOL" or "flag --protocol".
+	Source string `json:"source"`
+	// Raw is the value as written when the effective value was derived
+	// from it: a per-device device_name map or .json path.
+	Raw any `json:"raw,omitempty"`
+}
+
+// Ignored is a vLLM kv_transfer_config field that was accepted but has no
+// meaning for kvconnect.
+type Ignored struct {
+	Field  string `json:"field"`
 	Value  any    `json:"value"`
 	Source string `json:"source"`
+	Reason string `json:"reason"`
 }
 
 // Loaded is the result of Load.
 type Loaded struct {
-	Config    Config
+	// Config is the effective configuration, defaults filled in.
+	Config Config
+	// LogLevel and LogFormat are the log_level and log_format settings.
 	LogLevel  string
 	LogFormat string
-	values    map[string]Value
+	// Inputs lists what was read, in layer order ("file kvconnect.yaml",
+	// "kv_transfer_config from flag --kv-transfer-config", ...).
+	Inputs []string
+	// Notes say how conflicts were resolved ("MC_FORCE_TCP=1 forces
+	// protocol tcp (was rdma from file kvconnect.yaml)").
+	Notes []string
+	// Warnings are problems that do not stop loading.
+	Warnings []*Problem
+	// Ignored lists vLLM fields accepted but unused.
+	Ignored []Ignored
+
+	values map[string]Value
 }
 
-// Values lists every effective setting with its source, sorted by key.
+// Values lists every effective setting with its source, sorted by key;
+// transport options appear as transports.<name>.<option>.
 func (l *Loaded) Values() []Value {
 	out := make([]Value, 0, len(l.values))
 	for _, v := range l.values {
@@ -64,90 +101,70 @@ func (l *Loaded) Values() []Value {
 	return out
 }
 
+// Value returns the effective setting key and whether it exists.
+func (l *Loaded) Value(key string) (Value, bool) {
+	v, ok := l.values[key]
+	return v, ok
+}
+
 // Source says where key's effective value came from ("" if unknown key).
 func (l *Loaded) Source(key string) string { return l.values[key].Source }
 
-// RegisterFlags adds a flag for every setting that has one, plus --config.
-func RegisterFlags(fs *pflag.FlagSet) {
-	fs.String("config", "", "config file (YAML, TOML or JSON); default $"+EnvConfigFile)
-	for _, s := range settings {
-		if s.flag == "" {
-			continue
-		}
-		help := s.help
-		if len(s.allowed) > 0 {
-			help += " (" + strings.Join(s.allowed, ", ") + ")"
-		}
-		switch s.kind {
-		case kindInt:
-			fs.Int(s.flag, int(s.def.(int64)), help)
-		default:
-			fs.String(s.flag, formatDefaultFlag(s), help)
-		}
-	}
-}
-
-func formatDefaultFlag(s setting) string {
-	switch v := s.def.(type) {
-	case time.Duration:
-		return v.String()
-	case string:
-		return v
-	}
-	return fmt.Sprint(s.def)
-}
-
-// raw is one layer's flattened key -> value map and its source label.
-type layer struct {
+// entry is one value as written in one layer.
+type entry struct {
+	value  any
 	source string
-	values map[string]any
-	// keySource overrides source per key (env layers name the variable).
-	keySource map[string]string
+	text   bool // from the environment or a flag: transport options read JSON scalars
+	conv   any  // converted value (settings only)
+	bad    bool // conversion failed (already reported)
 }
 
-// Load reads every layer and returns the effective configuration.
+// layer is one input's flattened key -> value map, in the order written.
+type layer struct {
+	entries map[string]entry
+	order   []string
+}
+
+func newLayer() *layer { return &layer{entries: map[string]entry{}} }
+
+func (l *layer) set(key string, e entry) {
+	if _, ok := l.entries[key]; !ok {
+		l.order = append(l.order, key)
+	}
+	l.entries[key] = e
+}
+
+// loader carries one Load.
+type loader struct {
+	opts    Options
+	env     map[string]string
+	read    func(string) ([]byte, error) // nil: readFile
+	layers  []*layer
+	errs    []*Problem
+	warns   []*Problem
+	notes   []string
+	ignored []Ignored
+	inputs  []string
+
+	forceTCP    *entry // MC_FORCE_TCP set true
+	ascendIndex string // source label when transports.ascend.npu_id follows local_device_index
+}
+
+// Load reads every layer and returns the effective configuration. The
+// error joins every *Problem found (see Problems); warnings, notes and
+// ignored vLLM fields are in the Loaded, which Load returns even with an
+// error so callers can show what was understood (its Config is not valid
+// then).
 func Load(opts Options) (*Loaded, error) {
+	return newLoader(opts, nil).load()
+}
+
+func newLoader(opts Options, read func(string) ([]byte, error)) *loader {
 	environ := opts.Environ
 	if environ == nil {
 		environ = os.Environ()
 	}
-	env := envMap(environ)
-	var layers []layer
-
-	defaults := layer{source: "default", values: map[string]any{}}
-	for _, s := range settings {
-		defaults.values[s.key] = s.def
-	}
-	layers = append(layers, defaults)
-
-	path := opts.ConfigFile
-	pathSource := "flag --config"
-	if path == "" && opts.Flags != nil {
-		if f := opts.Flags.Lookup("config"); f != nil && f.Changed {
-			path = f.Value.String()
-		}
-	}
-	if path == "" {
-		path, pathSource = env[EnvConfigFile], "env "+EnvConfigFile
-	}
-	if path != "" {
-		l, err := fileLayer(path, pathSource)
-		if err != nil {
-			return nil, err
-		}
-		layers = append(layers, l)
-	}
-
-	el, err := envLayer(env)
-	if err != nil {
-		return nil, err
-	}
-	layers = append(layers, el)
-
-	if opts.Flags != nil {
-		layers = append(layers, flagLayer(opts.Flags))
-	}
-	return resolve(layers)
+	return &loader{opts: opts, env: envMap(environ), read: read}
 }
 
 func envMap(environ []string) map[string]string {
@@ -160,326 +177,398 @@ func envMap(environ []string) map[string]string {
 	return m
 }
 
-func fileLayer(path, pathSource string) (layer, error) {
-	var parser koanf.Parser
-	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+func (ld *loader) problem(p *Problem) {
+	if p.Warning {
+		ld.warns = append(ld.warns, p)
+	} else {
+		ld.errs = append(ld.errs, p)
+	}
+}
+
+func (ld *loader) note(format string, args ...any) {
+	ld.notes = append(ld.notes, fmt.Sprintf(format, args...))
+}
+
+func (ld *loader) load() (*Loaded, error) {
+	ld.defaultsLayer()
+	if ld.opts.Base != nil {
+		ld.codeLayer(*ld.opts.Base)
+	}
+	section, sectionOrigin := ld.fileLayer()
+	ld.vllmLayers(section, sectionOrigin)
+	ld.envLayer()
+	ld.flagLayer()
+	return ld.resolve()
+}
+
+func (ld *loader) defaultsLayer() {
+	l := newLayer()
+	for _, s := range settings {
+		if s.def != nil {
+			l.set(s.key, entry{value: s.def, source: "default"})
+		}
+	}
+	ld.layers = append(ld.layers, l)
+}
+
+// codeLayer turns a Config built in code into a layer of its non-zero
+// fields.
+func (ld *loader) codeLayer(c Config) {
+	l := newLayer()
+	add := func(key string, v any, set bool) {
+		if set {
+			l.set(key, entry{value: v, source: "code"})
+		}
+	}
+	add("protocol", c.Protocol, c.Protocol != "")
+	add("fallback", c.Fallback, c.Fallback != nil)
+	add("device_name", c.DeviceName, c.DeviceName != "")
+	add("hostname", c.Hostname, c.Hostname != "")
+	add("bind_address", c.BindAddress, c.BindAddress != "")
+	add("rpc_port", c.RPCPort, c.RPCPort != 0)
+	add("metadata", c.Metadata, c.Metadata != "")
+	add("role", c.Role, c.Role != "")
+	add("engine_id", c.EngineID, c.EngineID != "")
+	add("local_device_index", c.LocalDeviceIndex, c.LocalDeviceIndex != 0)
+	add("buffer_size", c.BufferSize, c.BufferSize != 0)
+	add("buffer_device", c.BufferDevice, c.BufferDevice != "")
+	add("connect_timeout", c.ConnectTimeout, c.ConnectTimeout != 0)
+	add("transfer_timeout", c.TransferTimeout, c.TransferTimeout != 0)
+	add("max_handshake_frame", c.MaxHandshakeFrame, c.MaxHandshakeFrame != 0)
+	add("plugin_dir", c.PluginDir, c.PluginDir != "")
+	for _, name := range sortedKeys(c.Transports) {
+		for _, opt := range sortedKeys(c.Transports[name]) {
+			add(transportsKey+"."+name+"."+opt, c.Transports[name][opt], true)
+		}
+	}
+	ld.inputs = append(ld.inputs, "code (Options.Base)")
+	ld.layers = append(ld.layers, l)
+}
+
+// configPath finds the config file: Options.ConfigFile, --config, then
+// $KVCONNECT_CONFIG.
+func (ld *loader) configPath() (string, string) {
+	if ld.opts.ConfigFile != "" {
+		return ld.opts.ConfigFile, "flag --config"
+	}
+	if f, ok := configFlag(ld.opts.Flags, "config"); ok && f.Value.String() != "" {
+		return f.Value.String(), "flag --config"
+	}
+	if p := ld.env[EnvConfigFile]; p != "" {
+		return p, "env " + EnvConfigFile
+	}
+	return "", ""
+}
+
+// parserFor picks the koanf parser by file extension.
+func parserFor(path string) (koanf.Parser, string) {
+	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yaml", ".yml":
-		parser = yaml.Parser()
+		return yaml.Parser(), "YAML"
 	case ".toml":
-		parser = toml.Parser()
+		return toml.Parser(), "TOML"
 	case ".json":
-		parser = kjson.Parser()
-	default:
-		return layer{}, fmt.Errorf("config: file %s (from %s): unknown extension %q: use .yaml, .yml, .toml or .json: %w", path, pathSource, ext, ErrInvalid)
+		return kjson.Parser(), "JSON"
 	}
-	if _, err := os.Stat(path); err != nil {
-		return layer{}, fmt.Errorf("config: file %s (from %s): %v: %w", path, pathSource, err, ErrInvalid)
-	}
+	return nil, ""
+}
+
+// parse loads bytes with a koanf parser into a nested map. A panic in a
+// parser on hostile input becomes an error.
+func parse(b []byte, parser koanf.Parser) (m map[string]any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("the parser failed on this input: %v", r)
+		}
+	}()
 	k := koanf.New(".")
-	if err := k.Load(file.Provider(path), parser); err != nil {
-		return layer{}, fmt.Errorf("config: file %s: cannot parse: %v: %w", path, err, ErrInvalid)
+	if err := k.Load(rawbytes.Provider(b), parser); err != nil {
+		return nil, err
+	}
+	return k.Raw(), nil
+}
+
+// parseError describes a parse error, with line and column for JSON.
+func parseError(b []byte, what string, err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := lineCol(b, se.Offset)
+		return fmt.Sprintf("cannot parse %s: line %d column %d: %v", what, line, col, err)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("cannot parse %s: the top level must be an object (a map of keys), not %s", what, te.Value)
+	}
+	return fmt.Sprintf("cannot parse %s: %v", what, err)
+}
+
+func lineCol(b []byte, off int64) (int, int) {
+	line, col := 1, 1
+	for i := int64(0); i < off && i < int64(len(b)); i++ {
+		if b[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// fileLayer reads the kvconnect config file. It returns its
+// kv_transfer_config section, if any, for the vLLM layer.
+func (ld *loader) fileLayer() (any, string) {
+	path, pathSource := ld.configPath()
+	if path == "" {
+		return nil, ""
+	}
+	parser, format := parserFor(path)
+	if parser == nil {
+		ld.problem(&Problem{Key: "config", Value: path, Source: pathSource,
+			Reason:  fmt.Sprintf("unknown file extension %q", filepath.Ext(path)),
+			Allowed: "a .yaml, .yml, .toml or .json file"})
+		return nil, ""
+	}
+	b, err := readLimited(ld.read, path, maxConfigFile)
+	if err != nil {
+		ld.problem(&Problem{Key: "config", Value: path, Source: pathSource, Reason: "cannot read the file: " + err.Error()})
+		return nil, ""
 	}
 	src := "file " + filepath.Base(path)
-	all := k.All()
-	for key := range all {
-		if err := checkKnownKey(key, src); err != nil {
-			return layer{}, err
+	ld.inputs = append(ld.inputs, src+" ("+path+", from "+pathSource+")")
+	raw, err := parse(b, parser)
+	if err != nil {
+		ld.problem(&Problem{Source: src, Reason: parseError(b, format, err)})
+		return nil, ""
+	}
+	l := newLayer()
+	var section any
+	for _, k := range sortedKeys(raw) {
+		v := raw[k]
+		if v == nil {
+			continue // key: with no value, or null: not set
 		}
-	}
-	return layer{source: src, values: all}, nil
-}
-
-// checkKnownKey rejects keys that are neither settings nor under transports.
-func checkKnownKey(key, src string) error {
-	if _, ok := lookupSetting(key); ok {
-		return nil
-	}
-	if parts := strings.Split(key, "."); parts[0] == transportsKey {
-		if len(parts) < 3 {
-			return fmt.Errorf("config: key %s (from %s): transport options go under transports.<transport>.<option>, e.g. transports.tcp.connections: %w", key, src, ErrInvalid)
-		}
-		return nil
-	}
-	candidates := make([]string, 0, len(settings))
-	for _, s := range settings {
-		candidates = append(candidates, s.key)
-	}
-	return fmt.Errorf("config: unknown key %s (from %s)%s; known keys: %s: %w",
-		key, src, suggestion(key, candidates), strings.Join(settingKeys(), ", "), ErrInvalid)
-}
-
-// internalEnv are KVCONNECT_ variables that are not settings.
-var internalEnv = map[string]bool{
-	EnvConfigFile:                true,
-	"KVCONNECT_FD_CHANNEL":       true,
-	"KVCONNECT_GRPC_MAX_MESSAGE": true,
-	"KVCONNECT_PLUGIN_LOG_LEVEL": true,
-	"KVCONNECT_TRANSPORT_PLUGIN": true,
-}
-
-func envLayer(env map[string]string) (layer, error) {
-	l := layer{source: "env", values: map[string]any{}, keySource: map[string]string{}}
-	names := make([]string, 0)
-	for name := range env {
-		if strings.HasPrefix(name, "KVCONNECT_") && !internalEnv[name] {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		key := keyForEnv(name)
-		if err := checkKnownKey(key, "env "+name); err != nil {
-			return l, err
-		}
-		l.values[key] = env[name]
-		l.keySource[key] = "env " + name
-	}
-	return l, nil
-}
-
-func flagLayer(fs *pflag.FlagSet) layer {
-	l := layer{source: "flag", values: map[string]any{}, keySource: map[string]string{}}
-	for _, s := range settings {
-		if s.flag == "" {
-			continue
-		}
-		f := fs.Lookup(s.flag)
-		if f == nil || !f.Changed {
-			continue
-		}
-		l.values[s.key] = f.Value.String()
-		l.keySource[s.key] = "flag --" + s.flag
-	}
-	return l
-}
-
-// resolve merges the layers in order and converts every value.
-func resolve(layers []layer) (*Loaded, error) {
-	eff := map[string]Value{}
-	for _, l := range layers {
-		for k, v := range l.values {
-			src := l.source
-			if s, ok := l.keySource[k]; ok {
-				src = s
+		switch {
+		case k == transportsKey:
+			ld.walkTransports(l, v, src)
+		case k == vllmKey:
+			section = v
+		default:
+			if _, ok := lookupSetting(k); ok {
+				l.set(k, entry{value: v, source: src})
+				continue
 			}
-			eff[k] = Value{Key: k, Value: v, Source: src}
+			ld.problem(unknownFileKey(k, src))
 		}
 	}
+	ld.layers = append(ld.layers, l)
+	return section, src
+}
+
+// unknownFileKey explains an unknown key in a kvconnect file.
+func unknownFileKey(k, src string) *Problem {
+	p := &Problem{Key: k, Source: src, Reason: "unknown key",
+		Allowed: "one of " + strings.Join(fileKeys(), ", ")}
+	switch f, isVLLM := vllmTop[k]; {
+	case isVLLM || k == "kv_connector":
+		p.Reason = "unknown key: " + k + " is a vLLM kv_transfer_config field; put it under kv_transfer_config"
+		p.Suggestion = f.key
+		if p.Suggestion == "" {
+			p.Suggestion = vllmKey + "." + k
+		}
+	case contains(KnownTransports, k):
+		p.Reason = "unknown key: transport options go under transports." + k
+		p.Suggestion = transportsKey + "." + k
+	default:
+		if p.Suggestion = closest(k, fileKeys()); p.Suggestion != "" {
+			p.Allowed = ""
+		}
+	}
+	return p
+}
+
+// walkTransports flattens transports.<name>.<option>.
+func (ld *loader) walkTransports(l *layer, v any, src string) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		ld.problem(&Problem{Key: transportsKey, Value: v, Source: src,
+			Allowed: "a map of transport name to its options, e.g. transports: {tcp: {connections: 4}}"})
+		return
+	}
+	for _, name := range sortedKeys(m) {
+		switch opts := m[name].(type) {
+		case nil:
+		case map[string]any:
+			for _, opt := range sortedKeys(opts) {
+				if opts[opt] == nil {
+					continue
+				}
+				l.set(transportsKey+"."+name+"."+opt, entry{value: opts[opt], source: src})
+			}
+		default:
+			ld.problem(&Problem{Key: transportsKey + "." + name, Value: opts, Source: src,
+				Allowed: "a map of options, e.g. transports." + name + ".connections: 4"})
+		}
+	}
+}
+
+// optionKey splits transports.<name>.<option>; ok is false for anything
+// else.
+func optionKey(key string) (name, opt string, ok bool) {
+	parts := strings.SplitN(key, ".", 3)
+	if len(parts) != 3 || parts[0] != transportsKey {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
+
+// resolve converts every layer's values, merges them (later wins), applies
+// MC_FORCE_TCP, resolves device_name and checks the result.
+func (ld *loader) resolve() (*Loaded, error) {
+	eff := map[string]entry{}
+	for _, l := range ld.layers {
+		for _, k := range l.order {
+			e := l.entries[k]
+			if s, ok := lookupSetting(k); ok {
+				conv, p := convert(s, e)
+				if p != nil {
+					ld.problem(p)
+					e.bad = true
+				}
+				e.conv = conv
+			}
+			eff[k] = e
+		}
+	}
+	if ld.forceTCP != nil {
+		prev := eff["protocol"]
+		e := entry{value: "tcp", source: ld.forceTCP.source, conv: "tcp"}
+		if prev.bad || prev.conv != "tcp" {
+			ld.note("%s=%s forces protocol tcp (was %s from %s), as Mooncake does",
+				strings.TrimPrefix(ld.forceTCP.source, "env "), ld.forceTCP.value, showValue(prev.value), prev.source)
+		}
+		eff["protocol"] = e
+	}
+
 	out := &Loaded{values: map[string]Value{}}
 	cfg := &out.Config
-	for _, s := range settings {
-		v := eff[s.key]
-		conv, err := convert(s, v)
-		if err != nil {
-			return nil, err
+	skip := map[string]bool{}
+	get := func(key string) any {
+		e := eff[key]
+		if e.bad {
+			skip[key] = true
+			return ld.layers[0].entries[key].conv // the default
 		}
-		v.Value = conv
-		out.values[s.key] = v
-		switch s.key {
-		case "protocol":
-			cfg.Protocol = conv.(string)
-		case "device_name":
-			cfg.DeviceName = conv.(string)
-		case "hostname":
-			cfg.Hostname = conv.(string)
-		case "rpc_port":
-			cfg.RPCPort = int(conv.(int64))
-		case "metadata":
-			cfg.Metadata = conv.(string)
-		case "plugin_dir":
-			cfg.PluginDir = conv.(string)
-		case "connect_timeout":
-			cfg.ConnectTimeout = conv.(time.Duration)
-		case "transfer_timeout":
-			cfg.TransferTimeout = conv.(time.Duration)
-		case "max_handshake_frame":
-			cfg.MaxHandshakeFrame = int(conv.(uint64))
-		case "log_level":
-			out.LogLevel = conv.(string)
-		case "log_format":
-			out.LogFormat = conv.(string)
+		return e.conv
+	}
+	str := func(key string) string { s, _ := get(key).(string); return s }
+	num := func(key string) int { n, _ := get(key).(int64); return int(n) }
+	dur := func(key string) time.Duration { d, _ := get(key).(time.Duration); return d }
+	size := func(key string) uint64 { n, _ := get(key).(uint64); return n }
+
+	cfg.Protocol = str("protocol")
+	if l, ok := get("fallback").([]string); ok {
+		cfg.Fallback = l
+	}
+	cfg.Hostname = str("hostname")
+	cfg.BindAddress = str("bind_address")
+	cfg.RPCPort = num("rpc_port")
+	cfg.Metadata = str("metadata")
+	cfg.Role = str("role")
+	cfg.EngineID = str("engine_id")
+	cfg.LocalDeviceIndex = num("local_device_index")
+	cfg.BufferSize = size("buffer_size")
+	cfg.BufferDevice = str("buffer_device")
+	cfg.ConnectTimeout = dur("connect_timeout")
+	cfg.TransferTimeout = dur("transfer_timeout")
+	cfg.MaxHandshakeFrame = int(min(size("max_handshake_frame"), 1<<40))
+	cfg.PluginDir = str("plugin_dir")
+	out.LogLevel = str("log_level")
+	out.LogFormat = str("log_format")
+
+	// device_name: resolve a per-device map for local_device_index.
+	var devRaw any
+	if dev := get("device_name"); dev != nil && !skip["device_name"] {
+		final, p := resolveDevice(dev, cfg.LocalDeviceIndex, ld.read)
+		if p != nil {
+			e := eff["device_name"]
+			p.Key, p.Source = "device_name", e.source
+			if p.Value == nil {
+				p.Value = e.value
+			}
+			if strings.Contains(p.Reason, "local_device_index") {
+				p.Reason += " (local_device_index from " + eff["local_device_index"].source + ")"
+			}
+			ld.problem(p)
+			skip["device_name"] = true
+		} else {
+			cfg.DeviceName = final
+			if s, ok := dev.(string); !ok || strings.TrimSpace(s) != final {
+				devRaw = eff["device_name"].value
+			}
 		}
 	}
-	// Transport option subtrees, handed to each transport as JSON.
-	for k, v := range eff {
-		parts := strings.SplitN(k, ".", 3)
-		if parts[0] != transportsKey || len(parts) < 3 {
+
+	// transports.<name>.<option>, handed to each transport as JSON.
+	if ld.ascendIndex != "" {
+		if e, ok := eff["transports.ascend.npu_id"]; ok && isDeferredIndex(e.value) {
+			e.value = cfg.LocalDeviceIndex
+			e.source = ld.ascendIndex + " (local_device_index from " + eff["local_device_index"].source + ")"
+			eff["transports.ascend.npu_id"] = e
+		}
+	}
+	for _, k := range sortedKeys(eff) {
+		name, opt, ok := optionKey(k)
+		if !ok {
 			continue
+		}
+		e := eff[k]
+		v := e.value
+		if s, isStr := v.(string); isStr && e.text {
+			v = jsonable(s)
 		}
 		if cfg.Transports == nil {
 			cfg.Transports = map[string]map[string]any{}
 		}
-		if cfg.Transports[parts[1]] == nil {
-			cfg.Transports[parts[1]] = map[string]any{}
+		if cfg.Transports[name] == nil {
+			cfg.Transports[name] = map[string]any{}
 		}
-		cfg.Transports[parts[1]][parts[2]] = jsonable(v.Value)
-		out.values[k] = v
+		cfg.Transports[name][opt] = v
+		out.values[k] = Value{Key: k, Value: v, Source: e.source}
 	}
-	if err := checkValues(out); err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
 
-// jsonable turns env/flag strings that look like JSON scalars into them,
-// so transports.tcp.connections=8 from the environment reaches the
-// transport as a number.
-func jsonable(v any) any {
-	s, ok := v.(string)
-	if !ok {
-		return v
-	}
-	var x any
-	if err := json.Unmarshal([]byte(s), &x); err == nil {
-		switch x.(type) {
-		case float64, bool:
-			return x
+	for _, s := range settings {
+		e := eff[s.key]
+		v := Value{Key: s.key, Value: display(e.conv), Source: e.source}
+		if e.bad {
+			v.Value = e.value
 		}
+		if s.key == "device_name" {
+			v.Value = cfg.DeviceName
+			v.Raw = devRaw
+		}
+		if v.Source == "" {
+			v.Source = "default"
+		}
+		out.values[s.key] = v
 	}
-	return s
-}
 
-func convert(s setting, v Value) (any, error) {
-	bad := func(want string) error {
-		msg := fmt.Sprintf("config: %s = %s (from %s): want %s", s.key, show(v.Value), v.Source, want)
-		return fmt.Errorf("%s: %w", msg, ErrInvalid)
-	}
-	switch s.kind {
-	case kindString:
-		str, ok := v.Value.(string)
-		if !ok {
-			return nil, bad("a string")
+	ck := &checker{loaded: true, skip: skip, origin: func(key string) (any, string) {
+		if e, ok := eff[key]; ok {
+			return e.value, e.source
 		}
-		str = strings.TrimSpace(str)
-		if len(s.allowed) > 0 && !contains(s.allowed, str) {
-			return nil, bad("one of " + strings.Join(s.allowed, ", ") + suggestion(str, s.allowed))
+		// transports.<name>: the source of its first option
+		prefix := key + "."
+		for _, k := range sortedKeys(eff) {
+			if strings.HasPrefix(k, prefix) {
+				return nil, eff[k].source
+			}
 		}
-		return str, nil
-	case kindInt:
-		var n int64
-		switch x := v.Value.(type) {
-		case int64:
-			n = x
-		case int:
-			n = int64(x)
-		case float64:
-			if x != float64(int64(x)) {
-				return nil, bad("an integer")
-			}
-			n = int64(x)
-		case string:
-			p, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
-			if err != nil {
-				return nil, bad("an integer")
-			}
-			n = p
-		default:
-			return nil, bad("an integer")
-		}
-		if n < s.min || n > s.max {
-			return nil, bad(fmt.Sprintf("an integer between %d and %d", s.min, s.max))
-		}
-		return n, nil
-	case kindDuration:
-		switch x := v.Value.(type) {
-		case time.Duration:
-			return x, nil
-		case int64, int, float64:
-			d, err := units.ParseDuration(fmt.Sprint(x))
-			if err != nil {
-				return nil, bad("a duration like 30s or a number of seconds")
-			}
-			return d, nil
-		case string:
-			d, err := units.ParseDuration(x)
-			if err != nil {
-				return nil, bad("a duration like 30s, 500ms or a number of seconds")
-			}
-			return d, nil
-		}
-		return nil, bad("a duration like 30s")
-	case kindSize:
-		switch x := v.Value.(type) {
-		case uint64:
-			return x, nil
-		case int64, int, float64:
-			n, err := units.ParseSize(strconv.FormatFloat(toFloat(x), 'f', -1, 64))
-			if err != nil {
-				return nil, bad("a size like 64MiB or a whole number of bytes")
-			}
-			return n, nil
-		case string:
-			n, err := units.ParseSize(x)
-			if err != nil {
-				return nil, bad("a size like 64MiB, 1GB or a whole number of bytes")
-			}
-			return n, nil
-		}
-		return nil, bad("a size like 64MiB")
-	}
-	return nil, errors.New("config: internal: unknown kind")
-}
+		return nil, ""
+	}}
+	ck.check(cfg)
+	ld.errs = append(ld.errs, ck.errs...)
+	ld.warns = append(ld.warns, ck.warns...)
 
-func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case int64:
-		return float64(x)
-	case int:
-		return float64(x)
-	case float64:
-		return x
-	}
-	return 0
-}
-
-func show(v any) string {
-	if s, ok := v.(string); ok {
-		return strconv.Quote(s)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}
-
-// checkValues checks what the types alone do not, naming each value's
-// source.
-func checkValues(l *Loaded) error {
-	bad := func(key, want string) error {
-		v := l.values[key]
-		return fmt.Errorf("config: %s = %s (from %s): %s: %w", key, show(v.Value), v.Source, want, ErrInvalid)
-	}
-	if p := l.Config.Protocol; !validTransportName(p) {
-		return bad("protocol", "want a transport name: "+strings.Join(knownTransports, ", ")+" or a plugin's name"+suggestion(p, knownTransports))
-	}
-	if m := l.Config.Metadata; m != MetadataP2P {
-		v := l.values["metadata"]
-		return fmt.Errorf("config: metadata = %s (from %s): only %s is supported yet; etcd://, http:// and redis:// metadata services are planned: %w",
-			show(v.Value), v.Source, MetadataP2P, plugins.ErrNotSupported)
-	}
-	if h := l.Config.Hostname; h == "" || strings.ContainsAny(h, " /") {
-		return bad("hostname", "want a host name or IP address")
-	}
-	for name := range l.Config.Transports {
-		if !validTransportName(name) {
-			return bad("transports."+name, "transport names are lower-case letters, digits, - and _")
-		}
-	}
-	return nil
-}
-
-func validTransportName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
+	out.Inputs, out.Notes, out.Warnings, out.Ignored = ld.inputs, ld.notes, ld.warns, ld.ignored
+	return out, joinProblems(ld.errs)
 }

@@ -1,14 +1,6 @@
-// Package config loads a kvconnect node's settings in layers, later layers
-// winning: built-in defaults, a config file (YAML, TOML or JSON), a vLLM
-// kv_transfer_config, the environment (KVCONNECT_* and the SGLang /
-// Mooncake names operators already set), then command-line flags. Every
-// effective value remembers where it came from, and every bad key or value
-// is an error that names the key, the value, its source and what is
-// allowed.
 package config
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 )
@@ -21,21 +13,22 @@ const (
 	kindDuration
 	kindSize
 	kindList
-	kindBool
+	kindDevice // a string, or a map per local device index
 )
 
-func (k kind) String() string {
+// describe says what a value of the kind looks like, for "want ..." texts.
+func (k kind) describe() string {
 	switch k {
 	case kindInt:
 		return "an integer"
 	case kindDuration:
-		return "a duration like 30s"
+		return "a duration like 30s, 500ms or a number of seconds"
 	case kindSize:
-		return "a size like 64MiB or a number of bytes"
+		return "a size like 64MiB, 1GB or a whole number of bytes"
 	case kindList:
-		return "a list of names"
-	case kindBool:
-		return "true or false"
+		return `a list of transport names like [ucx, tcp] or "ucx,tcp" ([] or "none" for no fallback)`
+	case kindDevice:
+		return `a device name, a comma list, a JSON map per local device index, or a path to a .json file`
 	}
 	return "a string"
 }
@@ -44,45 +37,76 @@ func (k kind) String() string {
 type setting struct {
 	key     string
 	kind    kind
-	def     any
+	def     any // the default as a display value; nil = not set
 	help    string
 	allowed []string // for strings with a fixed set of values
-	flag    string   // flag name; "" = no flag
+	flag    string   // flag name
 	min     int64    // for ints
 	max     int64
 }
 
-// Known transport names, for suggestions. Third-party plugins may add
-// more; protocol accepts any well-formed name.
-var knownTransports = []string{"tcp", "rdma", "ucx", "efa", "ascend"}
+// KnownTransports are the transports kvconnect ships. Third-party plugins
+// may add more: protocol and fallback accept any well-formed name, but a
+// name one or two letters away from one of these is taken for a typo.
+var KnownTransports = []string{"tcp", "rdma", "ucx", "efa", "ascend"}
+
+// Roles a node may take.
+var Roles = []string{"kv_producer", "kv_consumer", "kv_both"}
+
+// BufferDevices lists the buffer_device values that are accepted. Only cpu
+// works; the others are reported as not supported yet.
+var BufferDevices = []string{"cpu", "cuda", "npu", "xpu"}
+
+// Log levels and formats (the log_level and log_format settings).
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"console", "json"}
+)
 
 var settings = []setting{
-	{key: "protocol", kind: kindString, def: "tcp", flag: "protocol",
+	{key: "protocol", kind: kindString, def: DefaultProtocol, flag: "protocol",
 		help: "transport to use first: tcp, rdma, ucx, efa, ascend, or a third-party plugin's name"},
-	{key: "device_name", kind: kindString, def: "", flag: "device-name",
-		help: `device(s) for the transport: empty = auto, "mlx5_0", "mlx5_0,mlx5_1", a JSON map per local device index, or a path to a .json file holding that map`},
+	{key: "fallback", kind: kindList, def: nil, flag: "fallback",
+		help: `transports to try, in order, when protocol fails to initialise; unset = the default chain for protocol; "none" or [] = strict mode (no fallback)`},
+	{key: "device_name", kind: kindDevice, def: "", flag: "device-name",
+		help: `device(s) for the transport: empty = auto, "mlx5_0", "mlx5_0,mlx5_1", a JSON map per local device index {"0":"mlx5_0","1":"mlx5_1"}, or a path to a .json file holding that map`},
 	{key: "hostname", kind: kindString, def: DefaultHostname, flag: "hostname",
-		help: "host (name or IP) peers use to reach this node"},
-	{key: "rpc_port", kind: kindInt, def: int64(0), flag: "rpc-port", min: 0, max: 65535,
-		help: "handshake port; 0 picks a free one"},
+		help: "host name or IP address peers use to reach this node"},
+	{key: "bind_address", kind: kindString, def: "", flag: "bind-address",
+		help: "local address the RPC (handshake) port listens on; empty = all interfaces"},
+	{key: "rpc_port", kind: kindInt, def: 0, flag: "rpc-port", min: 0, max: 65535,
+		help: "RPC (handshake) port; 0 picks a free one"},
 	{key: "metadata", kind: kindString, def: MetadataP2P, flag: "metadata",
-		help: "metadata mode: P2PHANDSHAKE (etcd://, http://, redis:// are planned)"},
+		help: "metadata mode: P2PHANDSHAKE (etcd://, http://, redis:// metadata services are planned)"},
+	{key: "role", kind: kindString, def: "kv_both", flag: "role", allowed: Roles,
+		help: "kv_producer (prefill), kv_consumer (decode) or kv_both"},
+	{key: "engine_id", kind: kindString, def: "", flag: "engine-id",
+		help: "identifies the serving engine instance (vLLM's engine_id)"},
+	{key: "local_device_index", kind: kindInt, def: 0, flag: "local-device-index", min: 0, max: 1 << 16,
+		help: "this worker's local device (GPU/NPU) index or rank; picks its entry of a per-device device_name map (vLLM's kv_rank)"},
+	{key: "buffer_size", kind: kindSize, def: uint64(0), flag: "buffer-size",
+		help: "KV buffer size in bytes (vLLM's kv_buffer_size); 0 = not set"},
+	{key: "buffer_device", kind: kindString, def: "cpu", flag: "buffer-device", allowed: BufferDevices,
+		help: "where KV buffers live: cpu (cuda, npu and xpu are not supported yet)"},
+	{key: "connect_timeout", kind: kindDuration, def: DefaultConnectTimeout.String(), flag: "connect-timeout",
+		help: "bound on opening a peer (handshake and transport connect)"},
+	{key: "transfer_timeout", kind: kindDuration, def: DefaultTransferTimeout.String(), flag: "transfer-timeout",
+		help: "bound on a batch whose context has no deadline (Mooncake's MC_TRANSFER_TIMEOUT)"},
+	{key: "max_handshake_frame", kind: kindSize, def: uint64(DefaultMaxHandshakeFrame), flag: "max-handshake-frame",
+		help: "largest handshake frame accepted (at least 4096 bytes)"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
-	{key: "connect_timeout", kind: kindDuration, def: DefaultConnectTimeout, flag: "connect-timeout",
-		help: "bound on opening a peer"},
-	{key: "transfer_timeout", kind: kindDuration, def: DefaultTransferTimeout, flag: "transfer-timeout",
-		help: "bound on a batch (Mooncake's MC_TRANSFER_TIMEOUT)"},
-	{key: "max_handshake_frame", kind: kindSize, def: uint64(DefaultMaxHandshakeFrame), flag: "",
-		help: "largest handshake frame accepted"},
-	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: []string{"debug", "info", "warn", "error"},
+	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels,
 		help: "log level"},
-	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: []string{"console", "json"},
+	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats,
 		help: "log format"},
 }
 
-// transportsKey is the subtree holding each transport's own options.
-const transportsKey = "transports"
+// Keys that are not settings but have a meaning in a config file.
+const (
+	transportsKey = "transports"
+	vllmKey       = "kv_transfer_config"
+)
 
 func lookupSetting(key string) (*setting, bool) {
 	for i := range settings {
@@ -93,7 +117,20 @@ func lookupSetting(key string) (*setting, bool) {
 	return nil, false
 }
 
-func settingKeys() []string {
+// fileKeys are the top-level keys a kvconnect config file may hold.
+func fileKeys() []string {
+	out := make([]string, 0, len(settings)+2)
+	for _, s := range settings {
+		out = append(out, s.key)
+	}
+	out = append(out, transportsKey, vllmKey)
+	sort.Strings(out)
+	return out
+}
+
+// SettingKeys lists every setting key, sorted, with the transport subtree
+// as transports.<transport>.<option>.
+func SettingKeys() []string {
 	out := make([]string, 0, len(settings)+1)
 	for _, s := range settings {
 		out = append(out, s.key)
@@ -103,49 +140,63 @@ func settingKeys() []string {
 	return out
 }
 
+// envPrefix starts every kvconnect environment variable.
+const envPrefix = "KVCONNECT_"
+
+// Environment variables that name inputs rather than settings.
+const (
+	// EnvConfigFile names the config file when --config is not given.
+	EnvConfigFile = "KVCONNECT_CONFIG"
+	// EnvKVTransferConfig holds a vLLM kv_transfer_config (JSON, @file or a
+	// path to a .json file) when --kv-transfer-config is not given.
+	EnvKVTransferConfig = "KVCONNECT_KV_TRANSFER_CONFIG"
+)
+
+// internalEnv are KVCONNECT_ variables that are not settings (the plugin
+// protocol's own variables, and the inputs above).
+var internalEnv = map[string]bool{
+	EnvConfigFile:                true,
+	EnvKVTransferConfig:          true,
+	"KVCONNECT_FD_CHANNEL":       true,
+	"KVCONNECT_GRPC_MAX_MESSAGE": true,
+	"KVCONNECT_PLUGIN_LOG_LEVEL": true,
+	"KVCONNECT_TRANSPORT_PLUGIN": true,
+}
+
+// EnvName is the KVCONNECT_* variable for a key: upper case, levels
+// separated by a double underscore (transports.tcp.connections ->
+// KVCONNECT_TRANSPORTS__TCP__CONNECTIONS).
+func EnvName(key string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "__"))
+}
+
 // keyForEnv maps a KVCONNECT_* variable back to a key: single underscores
-// stay (rpc_port), double underscores separate levels
-// (KVCONNECT_TRANSPORTS__TCP__CONNECTIONS -> transports.tcp.connections).
+// stay (rpc_port), double underscores separate levels.
 func keyForEnv(name string) string {
-	rest := strings.TrimPrefix(name, "KVCONNECT_")
+	rest := strings.TrimPrefix(name, envPrefix)
 	return strings.ToLower(strings.ReplaceAll(rest, "__", "."))
 }
 
-// closest returns the candidate nearest to s, if near enough to suggest.
-func closest(s string, candidates []string) string {
-	best, bestD := "", len(s)/2+2
-	for _, c := range candidates {
-		if d := levenshtein(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
+// CompatEnv describes an environment variable from SGLang or Mooncake that
+// kvconnect reads.
+type CompatEnv struct {
+	Name string // MOONCAKE_PROTOCOL
+	Key  string // the setting it feeds, or "" when it acts otherwise
+	Help string
 }
 
-func suggestion(s string, candidates []string) string {
-	if c := closest(s, candidates); c != "" {
-		return fmt.Sprintf(" (did you mean %q?)", c)
-	}
-	return ""
-}
-
-func levenshtein(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
+// Compatible environment variables, in the order they apply (later wins
+// within the environment layer; KVCONNECT_* variables win over all of
+// them; MC_FORCE_TCP is applied after every layer, flags included).
+var CompatEnvs = []CompatEnv{
+	{"MOONCAKE_PROTOCOL", "protocol", "SGLang: transport protocol"},
+	{"MOONCAKE_DEVICE", "device_name", "SGLang: device name(s), the same formats as device_name"},
+	{"MOONCAKE_TE_META_DATA_SERVER", "metadata", "SGLang: metadata server (P2PHANDSHAKE)"},
+	{"MC_TCP_BIND_ADDRESS", "transports.tcp.bind_address", "Mooncake: local address the tcp transport binds"},
+	{"MC_TRANSFER_TIMEOUT", "transfer_timeout", "Mooncake: transfer timeout in seconds"},
+	{"MC_GID_INDEX", "transports.rdma.gid_index", "Mooncake: GID table index of the RDMA device (RoCE)"},
+	{"MC_IB_PORT", "transports.rdma.ib_port", "Mooncake: port of the RDMA device, from 1"},
+	{"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", "protocol", "SGLang: true selects protocol ascend, with transports.ascend.npu_id from ASCEND_NPU_PHY_ID"},
+	{"ASCEND_NPU_PHY_ID", "transports.ascend.npu_id", "SGLang: physical NPU id used with ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE; -1 or unset = local_device_index"},
+	{"MC_FORCE_TCP", "protocol", "Mooncake: true forces protocol tcp whatever else says otherwise, flags included"},
 }

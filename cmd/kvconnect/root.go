@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -26,15 +28,30 @@ func newRootCommand() *cobra.Command {
 // its constructor in an init function.
 var subcommands []func() *cobra.Command
 
-// loadConfig loads the layered configuration for cmd and builds its logger.
+// environ is the environment the configuration is read from; tests
+// replace it.
+var environ = os.Environ
+
+// loadConfig loads the layered configuration for cmd (the config flags
+// every command takes, and the environment) and builds its logger. Notes
+// on resolved conflicts and warnings are logged at warn level.
 func loadConfig(cmd *cobra.Command) (*config.Loaded, *zap.Logger, error) {
-	loaded, err := config.Load(config.Options{Flags: cmd.Flags()})
+	loaded, err := config.Load(config.Options{Flags: cmd.Flags(), Environ: environ()})
 	if err != nil {
 		return nil, nil, err
 	}
 	log, err := logging.New(loaded.LogLevel, loaded.LogFormat)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, n := range loaded.Notes {
+		log.Warn("config: " + n)
+	}
+	for _, p := range loaded.Warnings {
+		log.Warn(p.Error())
+	}
+	for _, ig := range loaded.Ignored {
+		log.Debug("config: ignored "+describeIgnored(ig), zap.String("field", ig.Field))
 	}
 	return loaded, log, nil
 }

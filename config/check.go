@@ -1,0 +1,291 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// checker collects the problems of a converted Config. Validate runs it on
+// a Config built in code; Load runs it with origin set, so each problem
+// names the value as written and its source, and with loaded set, which
+// adds the checks meant for hand-written configuration (typos in
+// transport names, a plugin_dir that does not exist).
+type checker struct {
+	origin func(key string) (value any, source string)
+	skip   map[string]bool // keys whose value did not convert (already reported)
+	loaded bool
+	errs   []*Problem
+	warns  []*Problem
+}
+
+// add records p, filling in the value as written and its source.
+func (ck *checker) add(p *Problem) {
+	if ck.origin != nil && p.Source == "" {
+		if v, src := ck.origin(p.Key); src != "" {
+			if v != nil {
+				p.Value = v
+			}
+			p.Source = src
+		}
+	}
+	if p.Warning {
+		ck.warns = append(ck.warns, p)
+	} else {
+		ck.errs = append(ck.errs, p)
+	}
+}
+
+func (ck *checker) ok(key string) bool { return !ck.skip[key] }
+
+func (ck *checker) check(c *Config) {
+	if ck.ok("hostname") {
+		ck.host("hostname", c.Hostname, ck.loaded)
+	}
+	if ck.ok("bind_address") && c.BindAddress != "" {
+		ck.host("bind_address", c.BindAddress, false)
+	}
+	if ck.ok("rpc_port") && (c.RPCPort < 0 || c.RPCPort > 65535) {
+		ck.add(&Problem{Key: "rpc_port", Value: c.RPCPort, Allowed: "an integer between 0 and 65535 (0 picks a free port)"})
+	}
+	if ck.ok("protocol") && (c.Protocol != "" || ck.loaded) {
+		ck.transport("protocol", c.Protocol, c.Protocol, c.PluginDir)
+	}
+	if ck.ok("fallback") {
+		ck.fallback(c)
+	}
+	if ck.ok("metadata") && (c.Metadata != "" || ck.loaded) {
+		ck.metadata(c.Metadata)
+	}
+	if ck.ok("role") && c.Role != "" && !contains(Roles, c.Role) {
+		ck.add(&Problem{Key: "role", Value: c.Role, Allowed: oneOf(Roles), Suggestion: closest(c.Role, Roles)})
+	}
+	if ck.ok("local_device_index") && c.LocalDeviceIndex < 0 {
+		ck.add(&Problem{Key: "local_device_index", Value: c.LocalDeviceIndex, Allowed: "a device index, 0 or more"})
+	}
+	if ck.ok("buffer_device") {
+		switch c.BufferDevice {
+		case "", "cpu":
+		case "cuda", "npu", "xpu":
+			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice, Err: plugins.ErrNotSupported,
+				Reason:  "not supported yet: kvconnect allocates KV buffers in host shared memory",
+				Allowed: "cpu"})
+		default:
+			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice,
+				Allowed: "cpu (cuda, npu and xpu are not supported yet)", Suggestion: closest(c.BufferDevice, BufferDevices)})
+		}
+	}
+	if ck.ok("connect_timeout") && c.ConnectTimeout < 0 {
+		ck.add(&Problem{Key: "connect_timeout", Value: c.ConnectTimeout.String(), Allowed: "a duration, not negative"})
+	}
+	if ck.ok("transfer_timeout") && c.TransferTimeout < 0 {
+		ck.add(&Problem{Key: "transfer_timeout", Value: c.TransferTimeout.String(), Allowed: "a duration, not negative"})
+	}
+	if ck.ok("max_handshake_frame") && (c.MaxHandshakeFrame < 0 || (c.MaxHandshakeFrame > 0 && c.MaxHandshakeFrame < 4096)) {
+		ck.add(&Problem{Key: "max_handshake_frame", Value: c.MaxHandshakeFrame, Allowed: "at least 4096 bytes"})
+	}
+	if ck.ok("device_name") {
+		ck.deviceName(c.DeviceName)
+	}
+	if ck.ok("plugin_dir") && ck.loaded && c.PluginDir != "" {
+		if st, err := os.Stat(c.PluginDir); err != nil || !st.IsDir() {
+			ck.add(&Problem{Key: "plugin_dir", Value: c.PluginDir, Warning: true,
+				Reason:  "not a directory on this host",
+				Allowed: "a directory holding kvconnect-transport-<name> binaries (kvconnect also looks beside its own executable and on $PATH)"})
+		}
+	}
+	ck.transports(c)
+}
+
+// host checks a host name or IP address (without a port).
+func (ck *checker) host(key, h string, required bool) {
+	if h == "" {
+		if required {
+			ck.add(&Problem{Key: key, Value: h, Reason: "empty", Allowed: "a host name or IP address"})
+		}
+		return
+	}
+	if strings.ContainsAny(h, " \t\r\n/\\\"'{}[]@") {
+		ck.add(&Problem{Key: key, Value: h, Allowed: "a host name or IP address"})
+		return
+	}
+	if ascendSegment.MatchString(h) {
+		ck.add(&Problem{Key: key, Value: h, Reason: "looks like an Ascend segment name host:port:npu_N",
+			Allowed: "the host only: the ascend transport builds host:port:npu_N from hostname, transports.ascend.port and transports.ascend.npu_id"})
+		return
+	}
+	if strings.Contains(h, ":") && net.ParseIP(h) == nil {
+		ck.add(&Problem{Key: key, Value: h, Reason: "looks like host:port",
+			Allowed: "a host name or IP address without a port (the port is rpc_port)"})
+	}
+}
+
+var ascendSegment = regexp.MustCompile(`^[^:]+:[0-9]+:npu_[0-9]+$`)
+
+// validName says whether s is a well-formed transport name.
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+var transportAllowed = strings.Join(KnownTransports, ", ") + ", or the name of an installed transport plugin"
+
+// transport checks one transport name (protocol or a fallback entry).
+// value is what the problem shows (the whole fallback list for an entry).
+func (ck *checker) transport(key, name string, value any, pluginDir string) {
+	entry := ""
+	if key == "fallback" {
+		entry = fmt.Sprintf("entry %q: ", name)
+	}
+	switch {
+	case name == "":
+		ck.add(&Problem{Key: key, Value: value, Reason: entry + "empty", Allowed: transportAllowed})
+		return
+	case !validName(name):
+		ck.add(&Problem{Key: key, Value: value, Reason: entry + "not a transport name (lower-case letters, digits, - and _)",
+			Allowed: transportAllowed, Suggestion: closest(name, KnownTransports)})
+		return
+	case contains(KnownTransports, name) || !ck.loaded:
+		return
+	}
+	sugg := closest(name, KnownTransports)
+	if _, _, err := plugins.FindPlugin(name, pluginDir); err == nil {
+		return
+	}
+	bin := plugins.BinaryPrefix + name
+	if sugg != "" {
+		ck.add(&Problem{Key: key, Value: value,
+			Reason:  entry + "unknown transport, and no plugin " + bin + " is installed",
+			Allowed: transportAllowed, Suggestion: sugg})
+		return
+	}
+	ck.add(&Problem{Key: key, Value: value, Warning: true,
+		Reason: entry + "not a built-in transport, and no plugin " + bin + " was found in plugin_dir, beside kvconnect or on $PATH; starting it will fail",
+	})
+}
+
+func (ck *checker) fallback(c *Config) {
+	seen := map[string]bool{}
+	for _, f := range c.Fallback {
+		ck.transport("fallback", f, c.Fallback, c.PluginDir)
+		switch {
+		case f == c.Protocol && f != "":
+			ck.add(&Problem{Key: "fallback", Value: c.Fallback, Warning: true,
+				Reason: fmt.Sprintf("entry %q is the protocol itself, which is tried first anyway", f)})
+		case seen[f]:
+			ck.add(&Problem{Key: "fallback", Value: c.Fallback, Warning: true,
+				Reason: fmt.Sprintf("entry %q appears more than once; it is tried once", f)})
+		}
+		seen[f] = true
+	}
+}
+
+// metadataAllowed says what metadata accepts, now and later.
+const metadataAllowed = MetadataP2P + " (metadata services etcd://host:port, http://host:port/metadata and redis://host:port are planned)"
+
+func (ck *checker) metadata(m string) {
+	switch {
+	case m == MetadataP2P:
+	case strings.EqualFold(m, MetadataP2P):
+		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadataAllowed, Suggestion: MetadataP2P})
+	case hasAnyPrefix(strings.ToLower(m), "etcd://", "http://", "https://", "redis://", "rediss://") || isHostPort(m):
+		ck.add(&Problem{Key: "metadata", Value: m, Err: plugins.ErrNotSupported,
+			Reason:  "metadata services are not supported yet; peers exchange segment descriptors over their RPC ports",
+			Allowed: MetadataP2P})
+	default:
+		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadataAllowed, Suggestion: closest(m, []string{MetadataP2P})})
+	}
+}
+
+// isHostPort says whether s is host:port, which Mooncake reads as an etcd
+// address.
+func isHostPort(s string) bool {
+	h, p, err := net.SplitHostPort(s)
+	return err == nil && h != "" && p != ""
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceName checks the final device list. A per-device map or a .json
+// path left in Config.DeviceName was never resolved: Load resolves it,
+// code must call ResolveDeviceName.
+func (ck *checker) deviceName(d string) {
+	s := strings.TrimSpace(d)
+	if s == "" {
+		return
+	}
+	if strings.HasPrefix(s, "{") || strings.HasSuffix(strings.ToLower(s), ".json") {
+		ck.add(&Problem{Key: "device_name", Value: d,
+			Reason:  "a per-device map must be resolved for this worker's local_device_index first",
+			Allowed: "a device name or comma list; pass maps through config.Load, connector.LoadConfig or config.ResolveDeviceName"})
+		return
+	}
+	if _, p := checkDeviceList(s); p != nil {
+		p.Key, p.Value = "device_name", d
+		ck.add(p)
+	}
+}
+
+// transports checks the transports.<name>.<option> subtree: names must be
+// well formed, values must encode as JSON (they reach the plugin as JSON),
+// and, in hand-written configuration, a name close to a built-in one is a
+// typo and options for a transport that is never used are worth a warning.
+func (ck *checker) transports(c *Config) {
+	used := map[string]bool{c.Protocol: true, "tcp": true}
+	for _, f := range c.Fallback {
+		used[f] = true
+	}
+	for _, name := range sortedKeys(c.Transports) {
+		key := transportsKey + "." + name
+		if !validName(name) {
+			ck.add(&Problem{Key: key, Reason: "not a transport name (lower-case letters, digits, - and _)",
+				Allowed:    "transports.<transport>.<option> with a transport like " + strings.Join(KnownTransports, ", "),
+				Suggestion: suggestKey(closest(name, KnownTransports))})
+			continue
+		}
+		for _, opt := range sortedKeys(c.Transports[name]) {
+			okey := key + "." + opt
+			if opt == "" {
+				ck.add(&Problem{Key: okey, Reason: "empty option name"})
+				continue
+			}
+			if _, err := json.Marshal(c.Transports[name][opt]); err != nil {
+				ck.add(&Problem{Key: okey, Reason: "cannot be passed to the transport as JSON: " + err.Error(),
+					Allowed: "strings, numbers, booleans, lists and maps with string keys"})
+			}
+		}
+		if !ck.loaded || contains(KnownTransports, name) {
+			continue
+		}
+		if sugg := closest(name, KnownTransports); sugg != "" {
+			ck.add(&Problem{Key: key, Reason: "unknown transport", Allowed: transportAllowed,
+				Suggestion: suggestKey(sugg)})
+		} else if !used[name] {
+			ck.add(&Problem{Key: key, Warning: true,
+				Reason: "options for a transport that is neither the protocol nor in the fallback list"})
+		}
+	}
+}
+
+func suggestKey(name string) string {
+	if name == "" {
+		return ""
+	}
+	return transportsKey + "." + name
+}
