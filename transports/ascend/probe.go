@@ -2,6 +2,7 @@ package ascend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -52,14 +53,57 @@ const (
 
 // Check is one thing the probe looked at.
 type Check struct {
-	Name   string
-	Status Status
+	Name   string `json:"name"`
+	Status Status `json:"status"`
 	// Detail says what was found, or why the check was skipped.
-	Detail string
+	Detail string `json:"detail"`
 	// Diagnosis is set when Status is StatusFail: the step, the cause in
 	// words, hints, and the errno where there is one. It wraps
 	// plugins.ErrUnavailable.
-	Diagnosis *plugins.InitError
+	Diagnosis *plugins.InitError `json:"-"`
+}
+
+// diagnosisJSON is how a Check's Diagnosis is written in JSON.
+type diagnosisJSON struct {
+	Transport  string   `json:"transport"`
+	Step       string   `json:"step"`
+	Cause      string   `json:"cause"`
+	Hints      []string `json:"hints,omitempty"`
+	NativeCode int64    `json:"native_code,omitempty"`
+	NativeName string   `json:"native_name,omitempty"`
+}
+
+type checkJSON struct {
+	Name      string         `json:"name"`
+	Status    Status         `json:"status"`
+	Detail    string         `json:"detail"`
+	Diagnosis *diagnosisJSON `json:"diagnosis,omitempty"`
+}
+
+// MarshalJSON writes the check with its diagnosis's fields (for
+// `kvconnect doctor --json`).
+func (c Check) MarshalJSON() ([]byte, error) {
+	out := checkJSON{Name: c.Name, Status: c.Status, Detail: c.Detail}
+	if d := c.Diagnosis; d != nil {
+		out.Diagnosis = &diagnosisJSON{Transport: d.Transport, Step: d.Step, Cause: d.Cause, Hints: d.Hints,
+			NativeCode: d.NativeCode, NativeName: d.NativeName}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote; a diagnosis wraps
+// plugins.ErrUnavailable again.
+func (c *Check) UnmarshalJSON(b []byte) error {
+	var in checkJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*c = Check{Name: in.Name, Status: in.Status, Detail: in.Detail}
+	if d := in.Diagnosis; d != nil {
+		c.Diagnosis = &plugins.InitError{Transport: d.Transport, Step: d.Step, Cause: d.Cause, Hints: d.Hints,
+			NativeCode: d.NativeCode, NativeName: d.NativeName, Err: plugins.ErrUnavailable}
+	}
+	return nil
 }
 
 // Report is what Probe found, for `kvconnect doctor` and for Init.
@@ -67,23 +111,23 @@ type Report struct {
 	// NPUID is the NPU id probed, -1 when none could be resolved, and
 	// NPUIDSource where it came from ("transports.ascend.npu_id",
 	// "ASCEND_NPU_PHY_ID", ...).
-	NPUID       int
-	NPUIDSource string
+	NPUID       int    `json:"npu_id"`
+	NPUIDSource string `json:"npu_id_source,omitempty"`
 	// DevRoot is the directory the device nodes were looked up in, and
 	// NPUs the ids N of the <DevRoot>/davinci<N> nodes present, ascending.
-	DevRoot string
-	NPUs    []int
+	DevRoot string `json:"dev_root"`
+	NPUs    []int  `json:"npus"`
 	// AscendHome is the CANN toolkit directory searched first, and
 	// AscendHomeSource where it came from.
-	AscendHome       string
-	AscendHomeSource string
+	AscendHome       string `json:"ascend_home"`
+	AscendHomeSource string `json:"ascend_home_source"`
 	// Library is the file libascendcl was loaded from; "" if it was not.
-	Library string
+	Library string `json:"library,omitempty"`
 	// Searched lists every place libascendcl.so was looked for, in order,
 	// each with where that place came from.
-	Searched []string
+	Searched []string `json:"searched"`
 	// Checks are the checks in the order they ran.
-	Checks []Check
+	Checks []Check `json:"checks"`
 }
 
 // Problem is the diagnosis of the first check that failed, or nil when

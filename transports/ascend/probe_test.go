@@ -2,6 +2,7 @@ package ascend
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -460,4 +461,24 @@ func runLibCase(t *testing.T, tt libCase) {
 		containsAll(t, "hints", hints, expand(want))
 	}
 	t.Logf("%s\nhints:\n  %s", p.Error(), strings.Join(p.Hints, "\n  "))
+}
+
+func TestReportJSON(t *testing.T) {
+	r := Probe(context.Background(), ProbeOptions{NPUID: 5, DevRoot: fixtureDev(t, "two-npus"), AscendHome: t.TempDir(), Getenv: env(), load: noLibrary})
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"npu_id":5`, `"npus":[0,1]`, `"name":"npu device","status":"fail"`, `"step":"open device"`, `"native_name":"ENOENT"`, `"hints":[`} {
+		containsAll(t, "JSON", string(b), want)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	p, q := r.Problem(), back.Problem()
+	if q == nil || q.Step != p.Step || q.Cause != p.Cause || !reflect.DeepEqual(q.Hints, p.Hints) || q.NativeCode != p.NativeCode ||
+		!errorsIs(q, plugins.ErrUnavailable) {
+		t.Fatalf("round trip: problem %+v; want %+v", q, p)
+	}
 }
