@@ -1,0 +1,49 @@
+package connector_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvconnect/kvconnect/config"
+	"github.com/kvconnect/kvconnect/connector"
+)
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "kvconnect.yaml")
+	if err := os.WriteFile(file, []byte("protocol: rdma\nrpc_port: 15001\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := connector.LoadConfig(connector.LoadOptions{
+		ConfigFile: file,
+		Base:       &connector.Config{EngineID: "embedded", Protocol: "efa"},
+		Environ:    []string{"MOONCAKE_PROTOCOL=tcp"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Protocol != "tcp" || cfg.RPCPort != 15001 || cfg.EngineID != "embedded" || cfg.Hostname == "" {
+		t.Errorf("LoadConfig = %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("loaded config does not validate: %v", err)
+	}
+
+	_, err = connector.LoadConfig(connector.LoadOptions{
+		Base:    &connector.Config{Protocol: "rdam", BufferDevice: "cuda"},
+		Environ: []string{},
+	})
+	if !errors.Is(err, connector.ErrInvalidArgument) || !errors.Is(err, connector.ErrNotSupported) {
+		t.Errorf("error %v: want both ErrInvalidArgument and ErrNotSupported", err)
+	}
+	ps := config.Problems(err)
+	if len(ps) != 2 || ps[0].Key != "protocol" || ps[0].Suggestion != "rdma" || ps[0].Source != "code" || ps[1].Key != "buffer_device" {
+		t.Errorf("problems %v", ps)
+	}
+	var p *connector.ConfigProblem
+	if !errors.As(err, &p) || p.Key != "protocol" {
+		t.Errorf("errors.As: %v", p)
+	}
+}
