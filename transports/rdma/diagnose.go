@@ -14,7 +14,7 @@ import (
 
 // Hints shared by several diagnoses.
 const (
-	hintFallback     = "to run without RDMA here, set protocol tcp (MC_FORCE_TCP=1), or keep ucx and tcp in fallback so the connector moves on"
+	hintFallback     = "to run without RDMA here, set protocol tcp (MC_FORCE_TCP=1); otherwise the fallback list (default for rdma: tcp) takes over, unless fallback is [] (strict mode)"
 	hintContainerRun = "in a container: the host must have the RDMA modules loaded, and the container needs the device nodes and locked memory: docker run --device /dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1 (Kubernetes: request an RDMA resource from an RDMA device plugin such as k8s-rdma-shared-dev-plugin or the NVIDIA Network Operator, and add capability IPC_LOCK)"
 	hintDoctor       = "kvconnect doctor prints every RDMA device with its ports, GIDs and device nodes"
 	hintProviders    = "install the verbs provider for the NIC's driver: Debian/Ubuntu apt-get install ibverbs-providers (libmlx5 and others), RHEL/Rocky dnf install rdma-core (or libibverbs with its providers), or MLNX_OFED/DOCA-OFED; inside a container image install them in the image"
@@ -82,11 +82,16 @@ func diagDeviceList(r *Report) *plugins.InitError {
 				e, verbs, r.UverbsABI),
 			"use the rdma-core (libibverbs) that matches the running kernel's RDMA stack: the distribution's packages for an inbox driver, or the MLNX_OFED/DOCA-OFED userspace for its kernel modules, not a mix",
 			hintFallback)
+	case e == syscall.EPERM || e == syscall.EACCES:
+		ie = newDiag(plugins.StepProbeDevices,
+			fmt.Sprintf("ibv_get_device_list failed with %s (%s): the process may not enumerate RDMA devices (RDMA netlink or %s refused)", name, e, verbs),
+			"a seccomp or AppArmor/SELinux policy, or an unprivileged container, can refuse it; run the container with the RDMA device nodes and IPC_LOCK, or relax the policy for the serving process",
+			hintContainerRun,
+			hintFallback)
 	default:
 		ie = newDiag(plugins.StepProbeDevices,
 			fmt.Sprintf("ibv_get_device_list failed with %s (%s)", name, e),
-			"EPERM: the process may not use RDMA netlink or the device nodes (a seccomp profile or an unprivileged container); try the container flags below",
-			hintContainerRun,
+			"ibv_devices (from ibverbs-utils / rdma-core) runs the same call and may print more; check dmesg for errors of the RDMA drivers",
 			hintFallback)
 	}
 	ie.NativeCode, ie.NativeName = int64(e), errnoName(e)
@@ -207,7 +212,7 @@ func diagEFA(d *Device) *plugins.InitError {
 		fmt.Sprintf("%s is an AWS EFA adapter (driver %s, node type %q): EFA offers SRD, not the reliable-connected queue pairs the rdma transport uses; creating them fails with \"Operation not supported\"",
 			d.Name, drv, d.NodeType),
 		"on EFA instances set protocol efa (the libfabric EFA transport)",
-		"keep ucx and tcp in fallback for hosts without EFA")
+		"keep tcp in fallback (the default) for hosts without EFA")
 }
 
 // diagNoUverbs: sysfs knows the device but no uverbs device names it.

@@ -115,7 +115,10 @@ func TestProbeFixtures(t *testing.T) {
 			cause: []string{"abi_version = \"6\"", "do not match"}, hints: []string{"rdma-core"}},
 		{name: "EPERM", fixture: "ib-healthy", loader: listFailed(syscall.EPERM),
 			check: CheckDeviceList, step: plugins.StepProbeDevices, nativeName: "EPERM", nativeCode: 1,
-			cause: []string{"ibv_get_device_list failed with EPERM"}, hints: []string{"seccomp", "--cap-add IPC_LOCK"}},
+			cause: []string{"ibv_get_device_list failed with EPERM (operation not permitted): the process may not enumerate RDMA devices"}, hints: []string{"seccomp", "--cap-add IPC_LOCK"}},
+		{name: "ENOMEM", fixture: "ib-healthy", loader: listFailed(syscall.ENOMEM),
+			check: CheckDeviceList, step: plugins.StepProbeDevices, nativeName: "ENOMEM", nativeCode: 12,
+			cause: []string{"ibv_get_device_list failed with ENOMEM (cannot allocate memory)"}, hints: []string{"ibv_devices"}},
 
 		// Zero devices.
 		{name: "no devices at all", fixture: "no-devices", loader: listed(),
@@ -373,5 +376,27 @@ func TestProbeOptionErrors(t *testing.T) {
 	r := Probe(ctx, ProbeOptions{Options: DefaultOptions(), Loader: listed()})
 	if r.Check != CheckCanceled || !errors.Is(r.Diagnosis, plugins.ErrCanceled) {
 		t.Errorf("canceled probe: %s %v", r.Check, r.Diagnosis)
+	}
+}
+
+// The port-state variants no fixture holds: an Ethernet port without link,
+// an administratively disabled InfiniBand port.
+func TestPortNotActiveVariants(t *testing.T) {
+	for _, c := range []struct {
+		ll    string
+		state State
+		phys  State
+		cause string
+		hint  string
+	}{
+		{LinkEthernet, State{1, "DOWN"}, State{2, "Polling"}, "the Ethernet link is down", "ethtool ens1f0np0"},
+		{LinkInfiniBand, State{1, "DOWN"}, State{3, "Disabled"}, "the port has no physical link", "ibportstate -C mlx5_0 <lid> 1 enable"},
+	} {
+		p := Port{Num: 1, Path: "/sys/class/infiniband/mlx5_0/ports/1", State: c.state, PhysState: c.phys, LinkLayer: c.ll}
+		d := &Device{Name: "mlx5_0", NetDevs: []string{"ens1f0np0"}, Ports: []Port{p}}
+		r := &Report{Options: DefaultOptions(), Devices: []Device{*d}}
+		ie := diagPortNotActive(r, d, &p)
+		checkDiag(t, ie, plugins.StepOpenDevice, "", 0,
+			[]string{`/sys/class/infiniband/mlx5_0/ports/1/state reads "` + c.state.String() + `", want "4: ACTIVE"`, c.cause}, []string{c.hint})
 	}
 }

@@ -112,7 +112,7 @@ func notBuilt(r *Report) *plugins.InitError {
 		Cause: fmt.Sprintf("RDMA preflight passed: %s %s usable, but the RDMA data path is not built yet",
 			strings.Join(devs, ", "), verb),
 		Hints: []string{
-			"the connector's fallback chain moves on to the next transport (ucx, then tcp); set protocol tcp to skip rdma until its data path lands",
+			"the connector's fallback chain moves on to the next transport (default for rdma: tcp); set protocol tcp to skip rdma until its data path lands",
 			hintDoctor,
 		},
 		Err: plugins.ErrUnavailable,
