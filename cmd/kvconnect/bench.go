@@ -30,7 +30,7 @@ type benchFlags struct {
 	mode, segment, operation, blockSize, bufferSize, duration, warmup string
 	batch, threads, rounds, corrupt                                   int
 	seed                                                              uint64
-	asJSON, verify, inProcess, suite                                  bool
+	asJSON, verify, inProcess, suite, rawServer                       bool
 	out                                                               string
 }
 
@@ -96,6 +96,8 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl.StringVar(&f.out, "out", "", "with --suite: also write the report (with the machine description and commands) to this markdown file")
 	fl.IntVar(&f.corrupt, "verify-corrupt-block", -1, "test hook: damage this block of the target's buffer before verifying")
 	fl.MarkHidden("verify-corrupt-block")
+	fl.BoolVar(&f.rawServer, "raw-server", false, "the suite's raw baseline server process: serve until stdin ends")
+	fl.MarkHidden("raw-server")
 	// Mooncake's transfer_engine_bench spells flags with underscores.
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
@@ -114,6 +116,13 @@ func benchLogger(log *zap.Logger) *zap.Logger {
 
 func runBench(cmd *cobra.Command, f *benchFlags) error {
 	changed := func(name string) bool { return cmd.Flags().Changed(name) }
+	if f.rawServer {
+		n, err := parseSizeFlag("buffer-size", f.bufferSize)
+		if err != nil {
+			return err
+		}
+		return bench.ServeRawProcess(cmd.InOrStdin(), cmd.OutOrStdout(), int(n))
+	}
 	if f.suite {
 		for _, name := range []string{"segment-id", "verify", "in-process", "mode"} {
 			if changed(name) {
@@ -415,6 +424,9 @@ func runSuite(cmd *cobra.Command, f *benchFlags) error {
 	so.Log = benchLogger(log)
 	so.Progress = bench.NewProgress(cmd.ErrOrStderr())
 	so.Command = commandLine()
+	if exe, err := os.Executable(); err == nil {
+		so.RawServer = []string{exe, "bench", "--raw-server"}
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := bench.RunSuite(ctx, so)

@@ -34,6 +34,17 @@ func tcpPluginDir(t *testing.T) string {
 	return filepath.Dir(bin)
 }
 
+// rawServerCommand builds kvconnect and returns the argv of its raw
+// baseline server.
+func rawServerCommand(t *testing.T) []string {
+	t.Helper()
+	bin, err := testbin.Build("./cmd/kvconnect", "kvconnect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{bin, "bench", "--raw-server"}
+}
+
 // checkGoroutines fails if goroutines started during the test outlive it.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
@@ -169,7 +180,7 @@ func TestWorkloadValidate(t *testing.T) {
 func TestRawBaseline(t *testing.T) {
 	checkGoroutines(t)
 	const bs, buf = 4096, 64 << 10 // 16 blocks: batches wrap around
-	r, err := NewRaw(3, buf)
+	r, err := NewRaw(RawOptions{Conns: 3, BufferSize: buf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,15 +197,15 @@ func TestRawBaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResult(t, res)
-	if res.Mode != "raw" || res.Connections != 3 || res.PluginCPU != 0 {
+	if res.Mode != "raw, server in this process" || res.Connections != 3 || res.PluginCPU != 0 || res.PluginPIDs != nil {
 		t.Fatalf("raw result: %+v", res)
 	}
 	all := Blocks{{0, buf / bs}}
-	if v := verifyBlocks(r.sbuf, bs, all, 7, "server"); !v.OK {
+	if v := verifyBlocks(r.srv.buf, bs, all, 7, "server"); !v.OK {
 		t.Fatalf("WRITE: server buffer after the run: %+v", v)
 	}
 
-	fillPattern(r.sbuf, 0, 9)
+	fillPattern(r.srv.buf, 0, 9)
 	w.Op, w.BatchSize, w.Threads = Read, 5, 3 // 5 blocks per thread
 	res, err = r.Run(ctx, w, nil, "")
 	if err != nil {
@@ -212,8 +223,51 @@ func TestRawBaseline(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewRaw(0, buf); err == nil {
+	if _, err := NewRaw(RawOptions{Conns: 0, BufferSize: buf}); err == nil {
 		t.Fatal("NewRaw(0 connections) worked")
+	}
+}
+
+// TestRawServerProcess runs the baseline against its server process
+// (kvconnect bench --raw-server): what is written comes back on READ.
+func TestRawServerProcess(t *testing.T) {
+	checkGoroutines(t)
+	const bs, buf = 4096, 64 << 10
+	argv := append(rawServerCommand(t), "--buffer-size", "64KiB")
+	r, err := NewRaw(RawOptions{Conns: 2, BufferSize: buf, ServerCommand: argv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pid := r.ServerPID()
+	if pid <= 0 {
+		t.Fatal("no server process")
+	}
+	ctx := context.Background()
+	fillPattern(r.cbuf, 0, 11)
+	w := Workload{Op: Write, BlockSize: bs, BatchSize: 4, Threads: 2, Duration: 50 * time.Millisecond}
+	res, err := r.Run(ctx, w, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if res.Mode != "raw, server process" || len(res.PluginPIDs) != 1 || res.PluginPIDs[0] != pid {
+		t.Fatalf("raw with a server process: %+v", res)
+	}
+	clear(r.cbuf)
+	w.Op = Read
+	if res, err = r.Run(ctx, w, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res)
+	if v := verifyBlocks(r.cbuf, bs, Blocks{{0, buf / bs}}, 11, "client"); !v.OK {
+		t.Fatalf("what was written did not come back: %+v", v)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("server process: %v", err)
+	}
+	if _, err := NewRaw(RawOptions{Conns: 1, BufferSize: buf, ServerCommand: []string{"/nonexistent/kvconnect"}}); err == nil {
+		t.Fatal("a missing server binary worked")
 	}
 }
 
@@ -318,7 +372,7 @@ func TestSuiteTable(t *testing.T) {
 	checkGoroutines(t)
 	o := SuiteOptions{
 		Config: connector.Config{PluginDir: tcpPluginDir(t)}, Rounds: 1, Duration: 30 * time.Millisecond,
-		Threads: 2, BatchSize: 4, FallbackSamples: 1,
+		Threads: 2, BatchSize: 4, FallbackSamples: 1, RawServer: rawServerCommand(t),
 		Command: "kvconnect bench --suite",
 	}
 	res, err := RunSuite(context.Background(), o)
@@ -328,7 +382,7 @@ func TestSuiteTable(t *testing.T) {
 	var md bytes.Buffer
 	res.WriteMarkdown(&md, true)
 	out := md.String()
-	for _, v := range []string{VariantRaw, VariantTCPPlugin, VariantTCPInProc} {
+	for _, v := range []string{VariantRaw, VariantRaw1, VariantTCPPlugin, VariantTCPInProc} {
 		for _, op := range []string{"WRITE", "READ"} {
 			for _, bs := range []string{"64KiB", "1MiB"} {
 				row := "| " + v + " | " + op + " | " + bs + " | **"
@@ -343,7 +397,7 @@ func TestSuiteTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"## Machine", "- CPU: ", "- Kernel: ", "- Go: go", "## How to reproduce", "kvconnect bench --suite",
-		"| tcp plugin / raw, WRITE 1MiB ≥ 0.85 |", "| tcp plugin / in-process, READ 1MiB ≥ 0.95 |",
+		"| tcp plugin / raw Go TCP, WRITE 1MiB ≥ 0.85 |", "| tcp plugin / in-process, READ 1MiB ≥ 0.95 |",
 		"## Single 4KiB WRITE latency", "## connector.New: protocol rdma falling back to tcp", "ended on tcp",
 		"| WRITE | 1MiB |", // plugin vs in-process
 	} {
@@ -358,13 +412,16 @@ func TestSuiteTable(t *testing.T) {
 		}
 	}
 	for _, c := range res.Cells {
-		if c.Variant == VariantRaw || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPInProc {
+		if c.Variant == VariantRaw || c.Variant == VariantRaw1 || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPInProc {
 			if len(c.Results) != 1 || len(c.Errors) > 0 {
 				t.Errorf("%s %s %s: %d results, errors %v", c.Variant, c.Op, units.FormatSize(uint64(c.BlockSize)), len(c.Results), c.Errors)
 				continue
 			}
 			checkResult(t, c.Results[0])
 		}
+	}
+	if res.Baseline != VariantRaw {
+		t.Errorf("baseline %q", res.Baseline)
 	}
 	if res.Fallback.TotalMs.N != 1 || res.Fallback.EndedOn[0] != "tcp" {
 		t.Errorf("fallback timing: %+v", res.Fallback)

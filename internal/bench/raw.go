@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +20,7 @@ import (
 // Raw is the baseline: plain Go TCP sockets on loopback moving the same
 // work as a kvconnect run, with nothing of kvconnect in the path. A batch
 // of B blocks is striped over the connections (block i on connection
-// i mod C). For each stripe the client sends a 24-byte header; for WRITE it
+// i mod C). For each stripe the client sends a 32-byte header; for WRITE it
 // sends the stripe's blocks (writev) and the server io.ReadFull's each
 // block into its buffer and acks the stripe with one byte; for READ the
 // server writes the blocks (writev) and the client io.ReadFull's them. A
@@ -25,16 +28,31 @@ import (
 // connection pipelines: stripes of several threads' batches may be in
 // flight on it at once, matched to replies in order, as the tcp
 // transport's requests are. Blocks cycle through client and server
-// buffers of the same size, at the same offsets, as a kvconnect run does.
+// buffers of the same size, at the same offsets, with the layout of a
+// kvconnect run.
+//
+// The server runs in its own process (RawOptions.ServerCommand, e.g.
+// kvconnect bench --raw-server), as the target's transport plugin does, or
+// in this process.
 type Raw struct {
-	conns   []*rawConn
-	servers []net.Conn
-	ln      net.Listener
-	cbuf    []byte
-	sbuf    []byte
-	wg      sync.WaitGroup
-	err     atomic.Pointer[error]
-	closed  bool
+	conns  []*rawConn
+	cbuf   []byte
+	srv    *rawServer // in-process server
+	cmd    *exec.Cmd  // or server process
+	stdin  io.Closer
+	wg     sync.WaitGroup
+	err    atomic.Pointer[error]
+	closed bool
+}
+
+// RawOptions configures NewRaw.
+type RawOptions struct {
+	Conns      int // connections, as transports.tcp.connections
+	BufferSize int // each side's buffer
+	// ServerCommand runs the server as a process: argv of a command that
+	// serves as ServeRawProcess does (kvconnect bench --raw-server
+	// --buffer-size N). Empty: the server runs in this process.
+	ServerCommand []string
 }
 
 type rawConn struct {
@@ -92,59 +110,41 @@ func (s *stripe) blocks(buf []byte, out [][]byte) ([][]byte, error) {
 	return out, nil
 }
 
-// NewRaw opens conns loopback connections with client and server buffers
-// of bufSize bytes each (touched, so page faults stay out of the runs).
-func NewRaw(conns, bufSize int) (*Raw, error) {
-	if conns < 1 || conns > 64 {
-		return nil, fmt.Errorf("raw baseline: %d connections: must be between 1 and 64 (transports.tcp.connections)", conns)
+// NewRaw starts the server (a process, or in this process), opens the
+// connections and touches the client buffer, so page faults stay out of
+// the runs.
+func NewRaw(o RawOptions) (*Raw, error) {
+	if o.Conns < 1 || o.Conns > 64 {
+		return nil, fmt.Errorf("raw baseline: %d connections: must be between 1 and 64 (transports.tcp.connections)", o.Conns)
 	}
-	if bufSize < 1 {
-		return nil, fmt.Errorf("--buffer-size %d: must be positive", bufSize)
+	if o.BufferSize < 1 {
+		return nil, fmt.Errorf("--buffer-size %d: must be positive", o.BufferSize)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("raw baseline: %w", err)
-	}
-	r := &Raw{ln: ln, cbuf: make([]byte, bufSize), sbuf: make([]byte, bufSize)}
-	for i := 0; i < bufSize; i += 4096 {
-		r.cbuf[i], r.sbuf[i] = 1, 1
-	}
-	accepted := make(chan error, 1)
-	go func() {
-		for range conns {
-			nc, err := ln.Accept()
-			if err != nil {
-				accepted <- err
-				return
-			}
-			r.servers = append(r.servers, nc)
-		}
-		accepted <- nil
-	}()
-	var dialErr error
-	for range conns {
-		nc, err := net.Dial("tcp", ln.Addr().String())
+	r := &Raw{cbuf: touched(o.BufferSize)}
+	var addr string
+	if len(o.ServerCommand) == 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			dialErr = err
-			break
+			return nil, fmt.Errorf("raw baseline: %w", err)
+		}
+		r.srv = newRawServer(ln, touched(o.BufferSize), r.fail)
+		addr = ln.Addr().String()
+	} else {
+		var err error
+		if addr, err = r.startServerProcess(o.ServerCommand); err != nil {
+			return nil, err
+		}
+	}
+	for range o.Conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			for _, c := range r.conns {
+				c.nc.Close()
+			}
+			r.stopServer()
+			return nil, fmt.Errorf("raw baseline: connecting to the server at %s: %w", addr, err)
 		}
 		r.conns = append(r.conns, &rawConn{r: r, nc: nc, send: make(chan *stripe, 64), inflight: make(chan *stripe, 1024)})
-	}
-	if dialErr != nil {
-		ln.Close()
-	}
-	if err := <-accepted; err != nil || dialErr != nil {
-		for _, c := range r.conns {
-			c.nc.Close()
-		}
-		for _, s := range r.servers {
-			s.Close()
-		}
-		return nil, fmt.Errorf("raw baseline: connecting on loopback: %w", errors.Join(dialErr, err))
-	}
-	for _, s := range r.servers {
-		r.wg.Add(1)
-		go r.serve(s)
 	}
 	for _, c := range r.conns {
 		r.wg.Add(2)
@@ -152,6 +152,71 @@ func NewRaw(conns, bufSize int) (*Raw, error) {
 		go c.receiver()
 	}
 	return r, nil
+}
+
+func touched(n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 4096 {
+		b[i] = 1
+	}
+	return b
+}
+
+// rawServerReady prefixes the line a server process prints when it
+// listens: "raw-server=127.0.0.1:port".
+const rawServerReady = "raw-server="
+
+func (r *Raw) startServerProcess(argv []string) (string, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("raw baseline: starting the server process %s: %w", argv[0], err)
+	}
+	r.cmd, r.stdin = cmd, stdin
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), rawServerReady)
+	if err != nil || !ok {
+		r.stopServer()
+		return "", fmt.Errorf("raw baseline: the server process %s did not say where it listens (got %q, %v)", strings.Join(argv, " "), line, err)
+	}
+	return addr, nil
+}
+
+// stopServer ends the in-process server or the server process.
+func (r *Raw) stopServer() error {
+	if r.srv != nil {
+		return r.srv.close()
+	}
+	if r.cmd == nil {
+		return nil
+	}
+	r.stdin.Close() // the server process exits when its stdin ends
+	done := make(chan error, 1)
+	go func() { done <- r.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		r.cmd.Process.Kill()
+		return fmt.Errorf("raw baseline: the server process did not exit; killed: %v", <-done)
+	}
+}
+
+// ServerPID is the server process's pid, 0 when the server runs in this
+// process.
+func (r *Raw) ServerPID() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
 }
 
 // Connections is the number of connections.
@@ -168,9 +233,85 @@ func (r *Raw) failed() error {
 	return nil
 }
 
-// serve is the server side of one connection.
-func (r *Raw) serve(nc net.Conn) {
-	defer r.wg.Done()
+// rawServer is the server side: it accepts connections and answers
+// stripes against its buffer.
+type rawServer struct {
+	ln   net.Listener
+	buf  []byte
+	fail func(error)
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+func newRawServer(ln net.Listener, buf []byte, fail func(error)) *rawServer {
+	s := &rawServer{ln: ln, buf: buf, fail: fail, conns: map[net.Conn]bool{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s
+}
+
+func (s *rawServer) accept() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.conns == nil {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[nc] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(nc)
+	}
+}
+
+func (s *rawServer) close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	for nc := range s.conns {
+		nc.Close()
+	}
+	s.conns = nil
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// ServeRawProcess is the raw baseline's server process (kvconnect bench
+// --raw-server): it listens on loopback, prints "raw-server=<address>" on
+// stdout, and serves with a buffer of bufSize bytes until stdin ends.
+func ServeRawProcess(stdin io.Reader, stdout io.Writer, bufSize int) error {
+	if bufSize < 1 {
+		return fmt.Errorf("--buffer-size %d: must be positive", bufSize)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var failed atomic.Pointer[error]
+	s := newRawServer(ln, touched(bufSize), func(err error) { failed.CompareAndSwap(nil, &err) })
+	if _, err := fmt.Fprintf(stdout, "%s%s\n", rawServerReady, ln.Addr()); err != nil {
+		s.close()
+		return err
+	}
+	io.Copy(io.Discard, stdin)
+	s.close()
+	if p := failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// serve answers one connection's stripes.
+func (s *rawServer) serve(nc net.Conn) {
+	defer s.wg.Done()
 	defer nc.Close()
 	var hdr [rawHeader]byte
 	ack := []byte{1}
@@ -179,32 +320,32 @@ func (r *Raw) serve(nc net.Conn) {
 		if _, err := io.ReadFull(nc, hdr[:]); err != nil {
 			return // the client closed
 		}
-		s := decodeStripe(hdr[:])
+		st := decodeStripe(hdr[:])
 		var err error
-		if blocks, err = s.blocks(r.sbuf, blocks[:0]); err != nil {
-			r.fail(err)
+		if blocks, err = st.blocks(s.buf, blocks[:0]); err != nil {
+			s.fail(err)
 			return
 		}
-		switch s.op {
+		switch st.op {
 		case rawOpWrite:
 			for _, b := range blocks {
 				if _, err := io.ReadFull(nc, b); err != nil {
-					r.fail(fmt.Errorf("raw server: %w", err))
+					s.fail(fmt.Errorf("raw server: %w", err))
 					return
 				}
 			}
 			if _, err := nc.Write(ack); err != nil {
-				r.fail(fmt.Errorf("raw server: %w", err))
+				s.fail(fmt.Errorf("raw server: %w", err))
 				return
 			}
 		case rawOpRead:
 			bufs := net.Buffers(blocks)
 			if _, err := bufs.WriteTo(nc); err != nil {
-				r.fail(fmt.Errorf("raw server: %w", err))
+				s.fail(fmt.Errorf("raw server: %w", err))
 				return
 			}
 		default:
-			r.fail(fmt.Errorf("raw server: bad op %d", s.op))
+			s.fail(fmt.Errorf("raw server: bad op %d", st.op))
 			return
 		}
 	}
@@ -338,33 +479,47 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 		}
 	}
 	cnt.reset()
-	before, _ := snapshotCPU(nil)
+	var pids []int
+	if pid := r.ServerPID(); pid > 0 {
+		pids = append(pids, pid)
+	}
+	before, err := snapshotCPU(pids)
+	if err != nil {
+		return Result{}, err
+	}
 	lat := make([][]time.Duration, w.Threads)
 	start := time.Now()
 	stop := progress.ticker(250*time.Millisecond, func() {
 		el := time.Since(start)
 		progress.Set("%s%5.1fs/%v  %7.3f GB/s", label, el.Seconds(), w.Duration, float64(cnt.bytes.Load())/el.Seconds()/1e9)
 	})
-	err := phase(w.Duration, lat)
+	err = phase(w.Duration, lat)
 	elapsed := time.Since(start)
 	stop()
 	progress.Clear()
 	if err != nil {
 		return Result{}, err
 	}
-	after, _ := snapshotCPU(nil)
+	after, err := snapshotCPU(pids)
+	if err != nil {
+		return Result{}, err
+	}
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	res := Result{Transport: "raw", Mode: "raw", Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load()}
+	mode := "raw, server in this process"
+	if len(pids) > 0 {
+		mode = "raw, server process"
+	}
+	res := Result{Transport: "raw", Mode: mode, Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: pids}
 	res.HostCPU, res.PluginCPU = after.since(before)
 	res.fill(w, elapsed, all)
 	return res, nil
 }
 
-// Close ends the connections and waits for every goroutine. It must not
-// be called while Run is running.
+// Close ends the connections and the server and waits for every
+// goroutine. It must not be called while Run is running.
 func (r *Raw) Close() error {
 	if r == nil || r.closed {
 		return nil
@@ -374,11 +529,10 @@ func (r *Raw) Close() error {
 		close(c.send)
 	}
 	// The senders then close inflight and the receivers end; closing the
-	// client sockets ends the servers.
-	err := r.ln.Close()
+	// client sockets ends the server's side.
 	for _, c := range r.conns {
 		c.nc.Close()
 	}
 	r.wg.Wait()
-	return err
+	return r.stopServer()
 }

@@ -60,19 +60,23 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 	}
 	p("## Method\n\n")
 	p("Each round measures every variant on every workload, one after another, the variants in a rotated order; "+
-		"%d rounds; each measurement runs %s after a %s warmup. A workload is %d threads, each keeping one batch of %d ops in flight "+
-		"(ops cycle through a %s buffer on each side, at the same offsets). Medians over rounds; min–max is the spread. "+
-		"\"vs raw\" is the median over rounds of the variant's GB/s divided by the raw baseline's in the same round.\n\n",
-		res.Rounds, res.Duration, res.Warmup, res.Threads, res.BatchSize, units.FormatSize(uint64(res.BufferSize)))
+		"%d rounds; each measurement runs %s after a %s warmup. A workload is %d threads, each keeping one batch of %d ops in flight; "+
+		"each thread's ops cycle through its own share of a %s buffer on each side, at the same offsets on both sides. "+
+		"Medians over rounds; min–max is the spread. \"vs %s\" is the median over rounds of the variant's GB/s divided by the baseline's "+
+		"in the same round (measured back to back, so the machine's noise hits both alike).\n\n",
+		res.Rounds, res.Duration, res.Warmup, res.Threads, res.BatchSize, units.FormatSize(uint64(res.BufferSize)), res.Baseline)
 	p("The raw baseline is plain Go `net.TCPConn`s on loopback, %d connections (transports.tcp.connections), with nothing of kvconnect in the path: "+
 		"each batch is striped over the connections; WRITE sends a small header and the blocks (writev) and the server `io.ReadFull`s each block "+
-		"into its buffer and acks the stripe with one byte; READ is the reverse. The kvconnect variants run two nodes in one process; "+
-		"\"plugin\" means each node's transport is its own subprocess (so four processes take part), \"in-process\" means no subprocess. "+
-		"CPU is user+system seconds per GB moved: host = this process (both nodes' host sides, and the transport itself when in-process), "+
-		"plugin = both plugin processes.\n\n", res.Conns)
+		"into its buffer and acks the stripe with one byte; READ is the reverse; stripes of concurrent batches pipeline on each connection. "+
+		"\"%s\" has its server in a separate process (`kvconnect bench --raw-server`), the same topology as the plugin variants, whose two data movers "+
+		"are the two plugin processes; \"%s\" has both ends in this process, like the in-process variant. "+
+		"The kvconnect variants run two nodes (two connectors) in this process; \"plugin\" means each node's transport is its own subprocess, "+
+		"\"in-process\" means no subprocess. CPU is user+system seconds per GB moved: host = this process (both nodes' host sides; "+
+		"the transport itself when in-process; the raw client, or both raw ends), other = both plugin processes (or the raw server process).\n\n",
+		res.Conns, VariantRaw, VariantRaw1)
 
 	p("## Throughput\n\n")
-	p("| variant | op | block | GB/s (median) | min–max | vs raw | ops/s | batch p50 / p99 | host CPU s/GB | plugin CPU s/GB |\n")
+	p("| variant | op | block | GB/s (median) | min–max | vs %s | ops/s | batch p50 / p99 | host CPU s/GB | other CPU s/GB |\n", res.Baseline)
 	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	cells := slices.Clone(res.Cells)
 	order := map[string]int{}
@@ -106,7 +110,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			continue
 		}
 		ratio := "1 (baseline)"
-		if c.Variant != VariantRaw {
+		if c.Variant != res.Baseline {
 			ratio = "–"
 			if c.Ratio.N > 0 {
 				ratio = f2(c.Ratio.Median)
@@ -117,7 +121,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			note = " (" + mdEscape(c.Errors[0]) + ")"
 		}
 		plugin := f2(c.PluginCPUG.Median)
-		if c.Variant == VariantRaw || c.Variant == VariantTCPInProc {
+		if c.Variant == VariantRaw1 || c.Variant == VariantTCPInProc {
 			plugin = "–"
 		}
 		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s |\n",
@@ -150,7 +154,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 	p("## Targets\n\n| target | measured (median) | met |\n|---|---:|---|\n")
 	for _, t := range targets {
 		var got summary
-		what := fmt.Sprintf("%s / raw, %s %s ≥ %.2f", t.variant, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
+		what := fmt.Sprintf("%s / %s, %s %s ≥ %.2f", t.variant, res.Baseline, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
 		if t.vsInProc {
 			what = fmt.Sprintf("tcp plugin / in-process, %s %s ≥ %.2f", t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
 			got = res.PluginVsInProcess[cellName(t.op, t.bs)]

@@ -39,6 +39,13 @@ type SuiteOptions struct {
 	// FallbackSamples is how many times per round connector.New with
 	// protocol rdma (falling back to tcp) is timed.
 	FallbackSamples int
+	// RawServer is the argv of the raw baseline's server process
+	// (kvconnect bench --raw-server; RunSuite appends --buffer-size
+	// <bytes>; see ServeRawProcess). With it the baseline has its two ends in two
+	// processes, as the plugin variants do, and the raw baseline with both
+	// ends in this process is shown beside it; without it, the latter is
+	// the baseline.
+	RawServer []string
 	// Command is the command line, for the report.
 	Command  string
 	Progress *Progress
@@ -107,6 +114,7 @@ func (o *SuiteOptions) validate() error {
 // Variant names.
 const (
 	VariantRaw         = "raw Go TCP"
+	VariantRaw1        = "raw Go TCP, 1 process"
 	VariantTCPPlugin   = "tcp plugin"
 	VariantTCPInProc   = "tcp in-process"
 	VariantUCXPlugin   = "ucx plugin"
@@ -177,8 +185,10 @@ type SuiteResult struct {
 	Conns      int             `json:"connections"`
 	Unit       string          `json:"unit"`
 	Variants   []VariantStatus `json:"variants"`
-	Cells      []*Cell         `json:"cells"`
-	Latency    []*Cell         `json:"latency"`
+	// Baseline is the variant ratios are taken to.
+	Baseline string  `json:"baseline"`
+	Cells    []*Cell `json:"cells"`
+	Latency  []*Cell `json:"latency"`
 	// PluginVsInProcess is tcp plugin / tcp in-process per op and block
 	// size (median of per-round ratios), keyed "WRITE 1MiB".
 	PluginVsInProcess map[string]summary `json:"plugin_vs_in_process"`
@@ -241,8 +251,9 @@ func TCPConnections(cfg connector.Config) (int, error) {
 
 // variantSetup starts one variant, or says why it cannot run.
 type variantSetup struct {
-	status VariantStatus
-	start  func(ctx context.Context) (bencher, error)
+	status   VariantStatus
+	required bool // the suite fails if it cannot start
+	start    func(ctx context.Context) (bencher, error)
 }
 
 func (o *SuiteOptions) variants(conns int) []variantSetup {
@@ -283,20 +294,29 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 			return pairBencher{p: p}, nil
 		}
 	}
-	vs := []variantSetup{
-		{status: VariantStatus{Name: VariantRaw, Transport: "raw", Mode: "raw", Detail: fmt.Sprintf("%d connections", conns)},
-			start: func(context.Context) (bencher, error) {
-				r, err := NewRaw(conns, o.BufferSize)
-				if err != nil {
-					return nil, err
-				}
-				return rawBencher{r}, nil
-			}},
-		{status: VariantStatus{Name: VariantTCPPlugin, Transport: "tcp", Mode: "plugin", Detail: fmt.Sprintf("%d connections", conns)},
-			start: pair(strict("tcp", nil), "tcp", nodeOpts())},
-		{status: VariantStatus{Name: VariantTCPInProc, Transport: "tcp", Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
-			start: pair(strict("tcp", nil), "tcp", nodeOpts(InProcessTCP()))},
+	raw := func(server []string) func(context.Context) (bencher, error) {
+		return func(context.Context) (bencher, error) {
+			r, err := NewRaw(RawOptions{Conns: conns, BufferSize: o.BufferSize, ServerCommand: server})
+			if err != nil {
+				return nil, err
+			}
+			return rawBencher{r}, nil
+		}
 	}
+	var vs []variantSetup
+	if len(o.RawServer) > 0 {
+		vs = append(vs, variantSetup{required: true,
+			status: VariantStatus{Name: VariantRaw, Transport: "raw", Mode: "2 processes", Detail: fmt.Sprintf("%d connections; the server is a process", conns)},
+			start:  raw(append(slices.Clone(o.RawServer), "--buffer-size", strconv.Itoa(o.BufferSize)))})
+	}
+	vs = append(vs, []variantSetup{
+		{required: true, status: VariantStatus{Name: VariantRaw1, Transport: "raw", Mode: "1 process", Detail: fmt.Sprintf("%d connections; client and server in this process", conns)},
+			start: raw(nil)},
+		{required: true, status: VariantStatus{Name: VariantTCPPlugin, Transport: "tcp", Mode: "plugin", Detail: fmt.Sprintf("%d connections", conns)},
+			start: pair(strict("tcp", nil), "tcp", nodeOpts())},
+		{required: true, status: VariantStatus{Name: VariantTCPInProc, Transport: "tcp", Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
+			start: pair(strict("tcp", nil), "tcp", nodeOpts(InProcessTCP()))},
+	}...)
 	// Transports built by others: run them when their plugin is here and
 	// comes up with shared-memory / loopback-capable options.
 	type alt struct {
@@ -369,12 +389,12 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 			}
 		}
 	}()
-	for i, s := range setups {
+	for _, s := range setups {
 		if s.start != nil {
 			o.Progress.Set("starting %s", s.status.Name)
 			b, err := s.start(ctx)
 			if err != nil {
-				if i < 3 { // raw and tcp must work
+				if s.required {
 					return nil, fmt.Errorf("%s: %w", s.status.Name, err)
 				}
 				s.status.Reason = firstLine(err.Error())
@@ -574,9 +594,15 @@ func summarizeSuite(res *SuiteResult) {
 		}
 		return summarize(rs)
 	}
+	res.Baseline = VariantRaw1
+	for _, v := range res.Variants {
+		if v.Name == VariantRaw && v.Available {
+			res.Baseline = VariantRaw
+		}
+	}
 	for _, c := range res.Cells {
-		if c.Variant != VariantRaw && len(c.Errors) == 0 {
-			c.Ratio = ratio(c, byKey[k(VariantRaw, c.Op, c.BlockSize)])
+		if c.Variant != res.Baseline && len(c.Errors) == 0 {
+			c.Ratio = ratio(c, byKey[k(res.Baseline, c.Op, c.BlockSize)])
 		}
 		if c.Variant == VariantTCPPlugin {
 			in := byKey[k(VariantTCPInProc, c.Op, c.BlockSize)]
