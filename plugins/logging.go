@@ -49,9 +49,16 @@ func newHCLogZap(z *zap.Logger, name string) *hclogZap {
 	return &hclogZap{z: z.Named(name), name: name}
 }
 
-func (l *hclogZap) fields(args []any) []zap.Field {
+// moduleKey is where a plugin's JSON log line carries the name of the
+// logger that wrote it (pluginLogger's NameKey).
+const moduleKey = "@module"
+
+// fields turns hclog's key/value args into zap fields. A line forwarded
+// from a plugin names its logger in moduleKey: that becomes part of the
+// zap logger's name instead of a field.
+func (l *hclogZap) fields(args []any) (module string, out []zap.Field) {
 	all := append(append([]any{}, l.args...), args...)
-	out := make([]zap.Field, 0, len(all)/2+1)
+	out = make([]zap.Field, 0, len(all)/2+1)
 	for i := 0; i < len(all); i += 2 {
 		if i+1 >= len(all) {
 			out = append(out, zap.Any("EXTRA_VALUE_AT_END", all[i]))
@@ -61,25 +68,41 @@ func (l *hclogZap) fields(args []any) []zap.Field {
 		if !ok {
 			key = fmt.Sprint(all[i])
 		}
-		if key == "timestamp" {
+		switch key {
+		case "timestamp":
 			continue // zap stamps its own time
+		case moduleKey:
+			if m, ok := all[i+1].(string); ok && m != "" {
+				module = m
+				continue
+			}
 		}
 		out = append(out, zap.Any(key, all[i+1]))
 	}
-	return out
+	return module, out
 }
 
 func (l *hclogZap) Log(level hclog.Level, msg string, args ...any) {
+	var lvl zapcore.Level
 	switch level {
 	case hclog.Trace, hclog.Debug:
-		l.z.Debug(msg, l.fields(args)...)
+		lvl = zapcore.DebugLevel
 	case hclog.Info, hclog.NoLevel:
-		l.z.Info(msg, l.fields(args)...)
+		lvl = zapcore.InfoLevel
 	case hclog.Warn:
-		l.z.Warn(msg, l.fields(args)...)
+		lvl = zapcore.WarnLevel
 	default:
-		l.z.Error(msg, l.fields(args)...)
+		lvl = zapcore.ErrorLevel
 	}
+	if !l.z.Core().Enabled(lvl) {
+		return
+	}
+	module, fields := l.fields(args)
+	z := l.z
+	if module != "" {
+		z = z.Named(module)
+	}
+	z.Log(lvl, msg, fields...)
 }
 
 func (l *hclogZap) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }

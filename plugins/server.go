@@ -24,6 +24,7 @@ import (
 // A binary built with Serve refuses to run when started by hand (without
 // the host's handshake cookie) and says so.
 func Serve(t Transport) {
+	refuseOtherSDK()
 	log := pluginLogger(stderrSyncer(), os.Getenv(EnvLogLevel))
 	srv := &grpcServer{impl: t, log: log, segs: map[RegionID]*shm.Segment{}}
 	if v := os.Getenv(EnvFDChannel); v != "" {
@@ -50,6 +51,26 @@ func Serve(t Transport) {
 		Logger: newHCLogZap(log, "go-plugin"),
 	})
 	srv.shutdown()
+}
+
+// ExitCookieMismatch is the exit status of a plugin built with Serve when
+// the host that started it sent another handshake cookie: the host and the
+// plugin were built with incompatible kvconnect plugin SDKs. Launch
+// recognises it and says so.
+const ExitCookieMismatch = 86
+
+// refuseOtherSDK ends the process with ExitCookieMismatch, after one line
+// on stderr, when the handshake cookie is set to another value than this
+// SDK's. Without a cookie at all (started by hand) go-plugin explains
+// itself instead.
+func refuseOtherSDK() {
+	v, ok := os.LookupEnv(Handshake.MagicCookieKey)
+	if !ok || v == Handshake.MagicCookieValue {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "kvconnect transport plugin: the host's plugin SDK is incompatible with this plugin's: it sent handshake cookie %s=%q, this plugin expects %q; install a plugin built with the host's kvconnect version\n",
+		Handshake.MagicCookieKey, v, Handshake.MagicCookieValue)
+	os.Exit(ExitCookieMismatch)
 }
 
 // fdTimeout bounds how long RegisterRegion waits for its descriptor.
