@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,7 +32,7 @@ type benchFlags struct {
 	batch, threads, rounds, corrupt                                   int
 	seed                                                              uint64
 	asJSON, verify, inProcess, suite, rawServer                       bool
-	out                                                               string
+	out, cpuProfile                                                   string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -94,6 +95,7 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl.BoolVar(&f.suite, "suite", false, "run the benchmark suite (see above)")
 	fl.IntVar(&f.rounds, "rounds", 5, "suite rounds")
 	fl.StringVar(&f.out, "out", "", "with --suite: also write the report (with the machine description and commands) to this markdown file")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process during the run to this file (with --in-process it covers the transport too)")
 	fl.IntVar(&f.corrupt, "verify-corrupt-block", -1, "test hook: damage this block of the target's buffer before verifying")
 	fl.MarkHidden("verify-corrupt-block")
 	fl.BoolVar(&f.rawServer, "raw-server", false, "the suite's raw baseline server process: serve until stdin ends")
@@ -124,7 +126,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return bench.ServeRawProcess(cmd.InOrStdin(), cmd.OutOrStdout(), int(n))
 	}
 	if f.suite {
-		for _, name := range []string{"segment-id", "verify", "in-process", "mode"} {
+		for _, name := range []string{"segment-id", "verify", "in-process", "mode", "cpuprofile"} {
 			if changed(name) {
 				return fmt.Errorf("--%s: not used with --suite (the suite runs every variant in loopback, without verification)", name)
 			}
@@ -300,8 +302,21 @@ func runAndReport(ctx context.Context, cmd *cobra.Command, f *benchFlags, w benc
 			return err
 		}
 	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
 	res, blocks, err := bench.Run(ctx, bench.RunInput{Initiator: node, Peer: peer, Workload: w, PIDs: pids,
 		Progress: bench.NewProgress(cmd.ErrOrStderr()), Label: label})
+	if f.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}
