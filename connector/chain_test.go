@@ -142,3 +142,72 @@ func TestMixedPeers(t *testing.T) {
 		t.Fatalf("Open from the tcp node: %v, transport %v", err, peer)
 	}
 }
+
+// TestRDMAFallsBackWithItsDiagnosis runs the real rdma plugin: this host
+// has no RDMA (ibv_get_device_list fails with ENOSYS, or libibverbs is
+// missing), so the node ends up on tcp, and the warn line and Status carry
+// the rdma preflight's diagnosis.
+func TestRDMAFallsBackWithItsDiagnosis(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	c, err := connector.New(context.Background(), connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)},
+		connector.WithLogger(zap.New(core)), quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st := c.Status()
+	if st.Transport != "tcp" || !st.Fallback || len(st.Attempts) != 2 {
+		t.Fatalf("status %+v: want tcp after rdma failed", st)
+	}
+	a := st.Attempts[0]
+	var ie *plugins.InitError
+	if a.Transport != "rdma" || !errors.Is(a.Err, connector.ErrUnavailable) || !errors.As(a.Err, &ie) {
+		t.Fatalf("rdma attempt %+v: want an unavailable *InitError", a)
+	}
+	if ie.Transport != "rdma" || ie.Cause == "" || len(ie.Hints) == 0 || a.Diagnosis.Step == "" {
+		t.Fatalf("rdma diagnosis %+v: want step, cause and hints", ie)
+	}
+	t.Logf("rdma diagnosis here: step %q, %s %d: %s", ie.Step, ie.NativeName, ie.NativeCode, ie.Cause)
+	lines := logs.FilterField(zap.String("transport", "rdma")).All()
+	if len(lines) != 1 || lines[0].ContextMap()["cause"] != ie.Cause || lines[0].ContextMap()["step"] != ie.Step {
+		t.Fatalf("want one warn line carrying the rdma diagnosis, got %v", lines)
+	}
+	if ie.NativeName != "" && lines[0].ContextMap()["native_name"] != ie.NativeName {
+		t.Fatalf("warn line lacks native_name %s: %v", ie.NativeName, lines[0].ContextMap())
+	}
+}
+
+func TestRDMAStrictFailsWithItsDiagnosis(t *testing.T) {
+	_, err := connector.New(context.Background(), connector.Config{Protocol: "rdma", Fallback: []string{}, PluginDir: pluginDir(t)}, quickExit)
+	var ie *plugins.InitError
+	if !errors.Is(err, connector.ErrUnavailable) || !errors.As(err, &ie) || ie.Transport != "rdma" {
+		t.Fatalf("strict rdma on a host without RDMA: %v, want the rdma diagnosis", err)
+	}
+	if !strings.Contains(err.Error(), "fallback is disabled") || !strings.Contains(err.Error(), "hint:") {
+		t.Fatalf("error %q lacks the strict-mode note or the hints", err)
+	}
+}
+
+// TestMixedPeersRDMAAndTCP: a node configured for rdma (which falls back
+// here) and a node configured for tcp exchange data both ways.
+func TestMixedPeersRDMAAndTCP(t *testing.T) {
+	ctx := context.Background()
+	r, err := connector.New(ctx, connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)}, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	plain := newNode(t)
+	a, b := alloc(t, r, 1<<20), alloc(t, plain, 1<<20)
+	transporttest.Fill(a.Bytes(), 7)
+	if err := r.TransferSyncWrite(ctx, plain.Endpoint(), a.Addr(), b.Addr(), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	transporttest.Fill(b.Bytes()[:4096], 8)
+	if err := plain.TransferSyncWrite(ctx, r.Endpoint(), b.Addr(), a.Addr()+4096, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes()[4096:8192], b.Bytes()[:4096]) || !bytes.Equal(a.Bytes()[8192:], b.Bytes()[8192:]) {
+		t.Fatal("data differs")
+	}
+}

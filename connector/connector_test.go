@@ -31,12 +31,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pluginDir builds the tcp plugin and returns the directory holding it.
+// pluginDir builds the tcp and rdma plugins and returns the directory
+// holding them.
 func pluginDir(t *testing.T) string {
 	t.Helper()
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
+	var bin string
+	for _, name := range []string{"rdma", "tcp"} {
+		var err error
+		if bin, err = testbin.Build("./cmd/kvconnect-transport-"+name, "kvconnect-transport-"+name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return filepath.Dir(bin)
 }
