@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -85,7 +87,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		log = zap.NewNop()
 	}
 	fail := func(ie *plugins.InitError) (plugins.InitResult, error) {
-		log.Info("ascend transport unavailable", zap.String("step", ie.Step), zap.String("cause", ie.Cause), zap.Strings("hints", ie.Hints))
+		log.Debug("ascend transport unavailable", zap.String("step", ie.Step), zap.String("cause", ie.Cause), zap.Strings("hints", ie.Hints))
 		return plugins.InitResult{}, ie
 	}
 	if err := ctx.Err(); err != nil {
@@ -106,6 +108,14 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 
 	po.DevRoot, po.AscendHome = opts.DevRoot, opts.AscendHome
 	po.NPUID, po.NPUIDSource = opts.NPUID, "transports.ascend.npu_id"
+	getenv := po.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if v := strings.TrimSpace(getenv(EnvNPUPhyID)); opts.NPUID >= 0 && v == strconv.Itoa(opts.NPUID) {
+		// The config layer fills npu_id from ASCEND_NPU_PHY_ID; name it.
+		po.NPUIDSource += " (" + EnvNPUPhyID + "=" + v + ")"
+	}
 	if opts.NPUID == NoNPUID && seg.npu >= 0 {
 		po.NPUID, po.NPUIDSource = seg.npu, fmt.Sprintf("hostname %q", req.Hostname)
 	}

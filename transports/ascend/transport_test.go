@@ -83,6 +83,12 @@ func TestInit(t *testing.T) {
 			wantCause: DataPathUnavailable + " (would publish segment [fd00::1]:15000:npu_3; NPU id 3 from transports.ascend.npu_id)",
 		},
 		{
+			name: "npu_id filled from ASCEND_NPU_PHY_ID by the config layer", hostname: "127.0.0.1",
+			options: opts("dev_root", q(npu3), "ascend_home", q(home), "port", "15432", "npu_id", "3"), env: []string{EnvNPUPhyID, "3"},
+			wantStep: plugins.StepDataPath, wantErr: plugins.ErrUnavailable,
+			wantCause: DataPathUnavailable + " (would publish segment 127.0.0.1:15432:npu_3; NPU id 3 from transports.ascend.npu_id (ASCEND_NPU_PHY_ID=3))",
+		},
+		{
 			name: "driver missing, NPU id and segment still shown", hostname: "127.0.0.1",
 			options: opts("dev_root", q(noDriver), "ascend_home", q(home), "port", "15432"), env: []string{EnvNPUPhyID, "3"},
 			wantStep: plugins.StepProbeDevices, wantErr: plugins.ErrUnavailable,
