@@ -50,7 +50,7 @@ transport plugin processes.
 Modes:
   --mode target      start a node with --buffer-size of memory, print its
                      session id ("session=host:port"), serve until Ctrl-C,
-                     and verify WRITE runs when an initiator asks
+                     and answer initiators' --verify
   --mode initiator   run against --segment-id host:port
   --mode loopback    both nodes in this process, two connectors (each
                      transport still its own plugin process unless
@@ -60,14 +60,19 @@ Modes:
                      other transport built here, alternating round by round;
                      prints a markdown table (--out writes it to a file)
 
---verify checks the data: before a WRITE run the initiator fills its buffer
-with a pattern derived from --seed, and afterwards the target compares every
-block the run wrote with it and says which blocks it checked; before a READ
-run the initiator asks the target to fill its buffer with a (different)
-pattern and afterwards checks every block it read. The transport, plugin directory and
-transport options come from the usual config flags, file and environment
-(--protocol, --plugin-dir, KVCONNECT_TRANSPORTS__TCP__CONNECTIONS, ...).
-Flags may also be written Mooncake's way, with underscores (--block_size).
+--verify checks the data: before a WRITE run the initiator fills its
+buffer with a pattern derived from --seed, and afterwards the target
+compares every block the run wrote with it and says which blocks it
+checked; before a READ run the initiator asks the target to fill its buffer
+with a (different) pattern and afterwards checks every block it read.
+
+The transport, plugin directory and transport options come from the usual
+config flags, file and environment (--protocol, --plugin-dir, --set
+transports.tcp.connections=8, ...). Flags may also be written Mooncake's
+way, with underscores (--block_size). With --suite, --duration, --warmup,
+--buffer-size, --block-size and --operation have suite defaults (1s, 200ms,
+threads x batch x the largest block, 64KiB,1MiB, write,read) and the last
+two take comma-separated lists.
 A live progress line goes to a terminal's stderr; nothing when piped.`,
 		Example: `  kvconnect bench --operation write --block-size 1MiB --duration 5s
   kvconnect bench --mode target --rpc-port 15001 --buffer-size 1GiB
@@ -81,13 +86,13 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.mode, "mode", "loopback", "target, initiator or loopback")
 	fl.StringVar(&f.segment, "segment-id", "", "the target's session id host:port (--mode initiator)")
-	fl.StringVar(&f.operation, "operation", "read", "read or write (with --suite: a comma-separated list)")
-	fl.StringVar(&f.blockSize, "block-size", "64KiB", "bytes per op (with --suite: a comma-separated list; default 64KiB,1MiB)")
+	fl.StringVar(&f.operation, "operation", "read", "read or write")
+	fl.StringVar(&f.blockSize, "block-size", "64KiB", "bytes per op")
 	fl.IntVar(&f.batch, "batch-size", 128, "ops per batch")
 	fl.IntVar(&f.threads, "threads", 4, "threads, each with one batch in flight")
-	fl.StringVar(&f.duration, "duration", "10s", "how long to run, e.g. 10s or 10 (seconds); with --suite, per measurement (default 1s)")
-	fl.StringVar(&f.warmup, "warmup", "0s", "unmeasured run before the measurement (with --suite default 200ms)")
-	fl.StringVar(&f.bufferSize, "buffer-size", "256MiB", "memory each node registers (with --suite default threads x batch x the largest block, at most 1GiB)")
+	fl.StringVar(&f.duration, "duration", "10s", "how long to run, e.g. 10s or 10 (seconds); with --suite, each measurement")
+	fl.StringVar(&f.warmup, "warmup", "0s", "unmeasured run before the measurement")
+	fl.StringVar(&f.bufferSize, "buffer-size", "256MiB", "memory each node registers")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON for machines instead of text")
 	fl.BoolVar(&f.verify, "verify", false, "check the data moved (see above)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the verification pattern")
