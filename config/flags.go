@@ -23,11 +23,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	mark("kv-transfer-config")
 	mark("set")
 	for _, s := range settings {
-		help := s.help
-		if len(s.allowed) > 0 && s.kind == kindString {
-			help += " (" + strings.Join(s.allowed, ", ") + ")"
-		}
-		help += "; env " + EnvName(s.key)
+		help := s.help + "; env " + EnvName(s.key)
 		def := ""
 		if s.def != nil {
 			def = showDefault(s.def)

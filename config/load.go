@@ -357,6 +357,10 @@ func (ld *loader) fileLayer() (any, string) {
 				l.set(k, entry{value: v, source: src})
 				continue
 			}
+			if _, _, ok := optionKey(k); ok { // a dotted key: transports.tcp.connections: 4
+				l.set(k, entry{value: v, source: src})
+				continue
+			}
 			ld.problem(unknownFileKey(k, src))
 		}
 	}

@@ -261,3 +261,18 @@ func TestCommandLocalFlagNotASetting(t *testing.T) {
 		t.Errorf("buffer_size %d from %q, protocol %q", l.Config.BufferSize, l.Source("buffer_size"), l.Config.Protocol)
 	}
 }
+
+// TestDottedTransportKeys: transports.tcp.connections written as one key,
+// as the docs spell it, works in YAML and TOML.
+func TestDottedTransportKeys(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"d.yaml": "transports.tcp.connections: 4\n",
+		"d.toml": "\"transports.tcp.connections\" = 4\n",
+	} {
+		l := mustLoad(t, Options{ConfigFile: writeFile(t, dir, name, content)})
+		if n, _ := toInt(l.Config.Transports["tcp"]["connections"]); n != 4 {
+			t.Errorf("%s: transports = %#v", name, l.Config.Transports)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package config
 import (
 	"sort"
 	"strings"
+
+	"github.com/kvconnect/kvconnect/internal/units"
 )
 
 type kind int
@@ -92,14 +94,14 @@ var settings = []setting{
 		help: "bound on opening a peer (handshake and transport connect)"},
 	{key: "transfer_timeout", kind: kindDuration, def: DefaultTransferTimeout.String(), flag: "transfer-timeout",
 		help: "bound on a batch whose context has no deadline (Mooncake's MC_TRANSFER_TIMEOUT)"},
-	{key: "max_handshake_frame", kind: kindSize, def: uint64(DefaultMaxHandshakeFrame), flag: "max-handshake-frame",
+	{key: "max_handshake_frame", kind: kindSize, def: units.FormatSize(DefaultMaxHandshakeFrame), flag: "max-handshake-frame",
 		help: "largest handshake frame accepted (at least 4096 bytes)"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
 	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels,
-		help: "log level"},
+		help: "log level: debug, info, warn or error"},
 	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats,
-		help: "log format"},
+		help: "log format: console or json"},
 }
 
 // Keys that are not settings but have a meaning in a config file.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -131,8 +132,9 @@ func TestConfigShowProblems(t *testing.T) {
 func TestConfigCheckThreeMistakes(t *testing.T) {
 	file := writeTemp(t, "bad.yaml", "protocol: rdam\nrole: kv_prodcuer\ndevcie_name: mlx5_0\n")
 	out, err := runConfigCLI(t, []string{"MOONCAKE_PROTOCOL=tcp"}, "config", "check", file)
-	if err == nil {
-		t.Fatalf("config check succeeded on a bad file:\n%s", out)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("config check = %v, want exit status 1:\n%s", err, out)
 	}
 	for _, want := range []string{
 		file + ": 3 problems",
