@@ -186,7 +186,7 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 // send queues a chunk on a healthy connection, redialing if needed.
 func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk) {
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		var c *conn
 		c, err = p.pick(ctx, slot)
 		if err != nil {
@@ -196,6 +196,9 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk) {
 			return
 		}
 		err = fmt.Errorf("tcp: connection to peer %s broke: %w", p.name, plugins.ErrPeerUnreachable)
+	}
+	if err == nil {
+		err = fmt.Errorf("tcp: chunk not sent to peer %s: %w", p.name, plugins.ContextError(ctx.Err()))
 	}
 	ch.complete(err)
 }

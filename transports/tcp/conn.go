@@ -226,11 +226,18 @@ type peer struct {
 
 	nconns int // len(conns), fixed
 
-	mu     sync.Mutex
-	conns  []*conn
-	closed error
-	rr     atomic.Uint32
+	mu        sync.Mutex
+	conns     []*conn
+	closed    error
+	dialErr   error     // the last failed dial
+	dialErrAt time.Time // when it failed; redials wait redialBackoff after it
+	rr        atomic.Uint32
 }
+
+// redialBackoff is how long after a failed dial a peer's broken slots fail
+// fast instead of dialing again, so a batch to a dead peer does not dial
+// once per chunk.
+const redialBackoff = 500 * time.Millisecond
 
 func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 	if name == "" {
@@ -288,12 +295,23 @@ func (p *peer) pick(ctx context.Context, start int) (*conn, error) {
 			return nil, err
 		}
 		c := p.conns[i]
+		recentErr := p.dialErr
+		if time.Since(p.dialErrAt) >= redialBackoff {
+			recentErr = nil
+		}
 		p.mu.Unlock()
 		if c != nil && !c.broken() {
 			return c, nil
 		}
+		if recentErr != nil {
+			lastErr = recentErr
+			continue
+		}
 		nc, err := p.dial(ctx)
 		if err != nil {
+			p.mu.Lock()
+			p.dialErr, p.dialErrAt = err, time.Now()
+			p.mu.Unlock()
 			lastErr = err
 			continue
 		}
