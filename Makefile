@@ -81,12 +81,15 @@ lint: check-generate
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## fuzz: run each fuzz target for a while (FUZZTIME, default 30s)
+## fuzz: run every native fuzz target in the tree for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzHeaderDecode$$' -fuzztime $(FUZZTIME) ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./connector
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDescriptor$$' -fuzztime $(FUZZTIME) ./connector
+	@set -e; for f in $$(git ls-files '*_test.go'); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "== $$t ($$(dirname $$f))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
+		done; \
+	done
 
 clean:
 	rm -rf $(BIN) $(TOOLS)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -52,6 +53,7 @@ type DoctorHost struct {
 	ShmFree    uint64   `json:"dev_shm_free_bytes"`
 	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
 	MemlockMax uint64   `json:"memlock_hard_bytes"`
+	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
 	Warnings   []string `json:"warnings"`
 }
 
@@ -206,7 +208,8 @@ func probeHost(cfg connector.Config) DoctorHost {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err == nil {
 		h.MemlockCur, h.MemlockMax = rl.Cur, rl.Max
-		if rl.Cur != unix.RLIM_INFINITY && rl.Cur < 64<<20 {
+		h.CapIPCLock = hasCapIPCLock()
+		if rl.Cur != unix.RLIM_INFINITY && rl.Cur < 64<<20 && !h.CapIPCLock {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("memlock limit is %s: RDMA and EFA memory registration need more (ulimit -l unlimited; docker --ulimit memlock=-1)", units.HumanSize(rl.Cur)))
 		}
 	}
@@ -260,7 +263,11 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 		fmt.Fprintf(w, "  rpc_port %d: NOT bindable: %s\n", h.RPCPort, h.RPCPortErr)
 	}
 	fmt.Fprintf(w, "  /dev/shm: %s free of %s\n", units.HumanSize(h.ShmFree), units.HumanSize(h.ShmTotal))
-	fmt.Fprintf(w, "  memlock: %s (hard %s)\n", limit(h.MemlockCur), limit(h.MemlockMax))
+	fmt.Fprintf(w, "  memlock: %s (hard %s)", limit(h.MemlockCur), limit(h.MemlockMax))
+	if h.CapIPCLock {
+		fmt.Fprint(w, ", but the process has CAP_IPC_LOCK, so the limit does not apply")
+	}
+	fmt.Fprintln(w)
 	for _, warn := range h.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
@@ -293,3 +300,19 @@ func contains(list []string, s string) bool {
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code) }
+
+// hasCapIPCLock reports whether this process has CAP_IPC_LOCK in its
+// effective set (from /proc/self/status), which lifts RLIMIT_MEMLOCK.
+func hasCapIPCLock() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_IPC_LOCK) != 0
+		}
+	}
+	return false
+}
