@@ -305,31 +305,31 @@ const containerDevices = "--device=/dev/davinci_manager --device=/dev/devmm_svm 
 
 // node checks that a device node exists and that this user may open it
 // read-write. missing builds the diagnosis for an absent node.
-func (p *prober) node(name, step string, missing func(path string, err error) Check) (Check, bool) {
+func (p *prober) node(name, step string, missing func(path string, err error) Check) Check {
 	path := p.dev(name)
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return withErrno(missing(path, err), err), false
+			return withErrno(missing(path, err), err)
 		}
 		return withErrno(diag(step, fmt.Sprintf("cannot stat %s: %v", path, err),
-			"check that "+p.o.DevRoot+" is readable by this user"), err), false
+			"check that "+p.o.DevRoot+" is readable by this user"), err)
 	}
 	if err := p.o.access(path); err != nil {
 		return withErrno(diag(plugins.StepOpenDevice,
 			fmt.Sprintf("%s exists but this user (uid %d) cannot open it read-write: %v", path, os.Getuid(), err),
 			"run the server as root or as a member of the node's group (the Ascend driver installs its nodes for the HwHiAiUser group): ls -l "+path,
-			"in a container, run with the same uid/gid mapping the host uses for the Ascend devices"), err), false
+			"in a container, run with the same uid/gid mapping the host uses for the Ascend devices"), err)
 	}
 	kind := "character device"
 	if fi.Mode()&fs.ModeCharDevice == 0 {
 		kind = "present, not a character device"
 	}
-	return Check{Status: StatusOK, Detail: path + " (" + kind + ")"}, true
+	return Check{Status: StatusOK, Detail: path + " (" + kind + ")"}
 }
 
 func (p *prober) checkDriver() Check {
-	c, _ := p.node("davinci_manager", plugins.StepProbeDevices, func(path string, err error) Check {
+	return p.node("davinci_manager", plugins.StepProbeDevices, func(path string, err error) Check {
 		cause := fmt.Sprintf("no %s: the Ascend NPU driver is not installed on this host, or its devices are not passed into this container", path)
 		if fi, serr := os.Stat(p.o.DevRoot); serr != nil || !fi.IsDir() {
 			cause = fmt.Sprintf("device directory %s (transports.ascend.dev_root) does not exist, so there is no %s", p.o.DevRoot, path)
@@ -339,7 +339,6 @@ func (p *prober) checkDriver() Check {
 			"in a container, pass the driver's devices: "+containerDevices,
 			"a host without Ascend NPUs is expected to fail here: the fallback chain moves on to the next transport")
 	})
-	return c
 }
 
 func (p *prober) checkNPUID() Check {
@@ -392,7 +391,7 @@ func (p *prober) checkNPUDevice() Check {
 	}
 	n := p.r.NPUID
 	name := "davinci" + strconv.Itoa(n)
-	c, _ := p.node(name, plugins.StepOpenDevice, func(path string, err error) Check {
+	return p.node(name, plugins.StepOpenDevice, func(path string, err error) Check {
 		hints := []string{}
 		if len(p.r.NPUs) > 0 {
 			hints = append(hints, fmt.Sprintf("use an NPU id this host has: %s (%s is the physical id from `npu-smi info`)", p.npuIDs(), EnvNPUPhyID))
@@ -402,27 +401,24 @@ func (p *prober) checkNPUDevice() Check {
 			fmt.Sprintf("no %s for NPU id %d (from %s): this host has %s", path, n, p.r.NPUIDSource, p.npuList()),
 			hints...)
 	})
-	return c
 }
 
 func (p *prober) checkSVM() Check {
-	c, _ := p.node("devmm_svm", plugins.StepProbeDevices, func(path string, err error) Check {
+	return p.node("devmm_svm", plugins.StepProbeDevices, func(path string, err error) Check {
 		return diag(plugins.StepProbeDevices,
 			fmt.Sprintf("no %s: the Ascend driver's shared virtual memory device is missing; the runtime cannot allocate or map NPU memory without it", path),
 			"in a container, pass it: --device=/dev/devmm_svm (with "+containerDevices+")",
 			"on the host, a missing devmm_svm means the driver's kernel modules are not loaded: check `npu-smi info` and dmesg, reinstall the driver")
 	})
-	return c
 }
 
 func (p *prober) checkHDC() Check {
-	c, _ := p.node("hisi_hdc", plugins.StepProbeDevices, func(path string, err error) Check {
+	return p.node("hisi_hdc", plugins.StepProbeDevices, func(path string, err error) Check {
 		return diag(plugins.StepProbeDevices,
 			fmt.Sprintf("no %s: the Ascend driver's host-device communication channel is missing; the runtime cannot reach the NPU without it", path),
 			"in a container, pass it: --device=/dev/hisi_hdc (with "+containerDevices+")",
 			"on the host, a missing hisi_hdc means the driver's kernel modules are not loaded: check `npu-smi info` and dmesg, reinstall the driver")
 	})
-	return c
 }
 
 // Hints shared by the library diagnoses.
