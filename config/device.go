@@ -30,7 +30,7 @@ func ResolveDeviceName(raw string, index int) (string, error) {
 	if p != nil {
 		return "", p
 	}
-	final, p := resolveDevice(dev, index, nil)
+	final, p := resolveDevice(dev, index, "", nil)
 	if p != nil {
 		p.Key = "device_name"
 		if p.Value == nil {
@@ -44,7 +44,10 @@ func ResolveDeviceName(raw string, index int) (string, error) {
 // resolveDevice resolves a converted device_name (a string or a
 // map[string]string) for index. The problem it returns has Reason,
 // Allowed and Suggestion set; the caller fills in key, value and source.
-func resolveDevice(dev any, index int, read func(string) ([]byte, error)) (string, *Problem) {
+//
+// indexSource, if known, says where index came from, for the message
+// about a missing entry.
+func resolveDevice(dev any, index int, indexSource string, read func(string) ([]byte, error)) (string, *Problem) {
 	var m map[string]string
 	switch x := dev.(type) {
 	case map[string]string:
@@ -94,8 +97,12 @@ func resolveDevice(dev any, index int, read func(string) ([]byte, error)) (strin
 		if len(keys) > 0 {
 			present = strings.Join(keys, ", ")
 		}
+		from := ""
+		if indexSource != "" {
+			from = " (local_device_index from " + indexSource + ")"
+		}
 		return "", &Problem{
-			Reason:  fmt.Sprintf("no entry for local_device_index %d in the per-device map (keys present: %s)", index, present),
+			Reason:  fmt.Sprintf("no entry for local_device_index %d in the per-device map (keys present: %s)%s", index, present, from),
 			Allowed: "a map with an entry for every local device index, or set local_device_index (vLLM kv_rank) to one of the keys",
 		}
 	}

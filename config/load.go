@@ -491,16 +491,13 @@ func (ld *loader) resolve() (*Loaded, error) {
 
 	// device_name: resolve a per-device map for local_device_index.
 	var devRaw any
-	if dev := get("device_name"); dev != nil && !skip["device_name"] {
-		final, p := resolveDevice(dev, cfg.LocalDeviceIndex, ld.read)
+	if dev := get("device_name"); dev != nil && !skip["device_name"] && !skip["local_device_index"] {
+		final, p := resolveDevice(dev, cfg.LocalDeviceIndex, eff["local_device_index"].source, ld.read)
 		if p != nil {
 			e := eff["device_name"]
 			p.Key, p.Source = "device_name", e.source
 			if p.Value == nil {
 				p.Value = e.value
-			}
-			if strings.Contains(p.Reason, "local_device_index") {
-				p.Reason += " (local_device_index from " + eff["local_device_index"].source + ")"
 			}
 			ld.problem(p)
 			skip["device_name"] = true
@@ -546,7 +543,7 @@ func (ld *loader) resolve() (*Loaded, error) {
 		if e.bad {
 			v.Value = e.value
 		}
-		if s.key == "device_name" {
+		if s.key == "device_name" && !skip["device_name"] {
 			v.Value = cfg.DeviceName
 			v.Raw = devRaw
 		}
