@@ -239,16 +239,16 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 		} else if r.Version != "" {
 			plugin += " v" + r.Version
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Transport, status, plugin, firstLine(detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Transport, status, plugin, shorten(firstLine(detail), 100))
 	}
 	tw.Flush()
 	for _, r := range rep.Transports {
-		if r.Available || r.Diagnosis == nil || len(r.Diagnosis.Hints) == 0 {
+		if r.Available || r.Diagnosis == nil {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s hints:\n", r.Transport)
+		fmt.Fprintf(w, "\n%s: %s\n", r.Transport, causeOf(r))
 		for _, hint := range r.Diagnosis.Hints {
-			fmt.Fprintf(w, "  - %s\n", hint)
+			fmt.Fprintf(w, "  hint: %s\n", hint)
 		}
 	}
 	h := rep.Host
@@ -279,6 +279,13 @@ func limit(v uint64) string {
 		return "unlimited"
 	}
 	return units.HumanSize(v)
+}
+
+func shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func firstLine(s string) string {
