@@ -1,0 +1,131 @@
+//go:build !linux || !cgo
+
+package ucx
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// Load reports that this binary has no UCX support: UCX is reached
+// through cgo on Linux only.
+func Load() error {
+	return &LoadError{Library: Library, Detail: "this binary was built without cgo (or not for Linux), so it cannot use UCX",
+		Hints: []string{"rebuild with CGO_ENABLED=1 on Linux, with " + DebianPackage + " (and libucx-dev to build) installed", "or use the tcp transport"}}
+}
+
+// Version is "" without UCX.
+func Version() string { return "" }
+
+func statusText(Status) string { return "" }
+
+// Available fails: no UCX in this build.
+func Available() ([]Resource, error) { return nil, Load() }
+
+// Config is how a Worker's context is configured.
+type Config struct {
+	TLS        string
+	NetDevices string
+	Extra      [][2]string
+	ThreadMode ThreadMode
+	Slots      int
+}
+
+// CreateError is a failure to create a Worker.
+type CreateError struct {
+	Step   string
+	Status Status
+	Text   string
+}
+
+func (e *CreateError) Error() string {
+	return fmt.Sprintf("%s: %s (%s %d)", e.Step, e.Text, e.Status.Name(), int32(e.Status))
+}
+
+// Unwrap returns the status's sentinel.
+func (e *CreateError) Unwrap() error { return e.Status.Sentinel() }
+
+// EP is a UCP endpoint handle.
+type EP uintptr
+
+// Mem is a UCP memory handle.
+type Mem uintptr
+
+// Rkey is an unpacked remote key.
+type Rkey uintptr
+
+// OpKind is what Post does.
+type OpKind uint32
+
+// Op kinds for Post.
+const (
+	OpPut   OpKind = 1
+	OpGet   OpKind = 2
+	OpFlush OpKind = 3
+)
+
+// Op is one operation for Post.
+type Op struct {
+	Kind   OpKind
+	Slot   uint32
+	EP     EP
+	Local  uintptr
+	Remote uint64
+	Rkey   Rkey
+	Len    uint64
+	Status Status
+}
+
+// Completion is a finished in-progress operation.
+type Completion struct {
+	Slot   uint32
+	Status Status
+}
+
+// EPError is an endpoint failure.
+type EPError struct {
+	EP     EP
+	Status Status
+}
+
+// MaxMessage is the largest control message a worker accepts.
+const MaxMessage = 64 * 1024
+
+// MaxRkey is the largest packed remote key UnpackRkey accepts.
+const MaxRkey = 16 << 10
+
+// Worker cannot be created in this build.
+type Worker struct{}
+
+// NewWorker fails: no UCX in this build.
+func NewWorker(Config) (*Worker, error) { return nil, Load() }
+
+var errNoUCX = fmt.Errorf("ucx: built without UCX support: %w", plugins.ErrUnavailable)
+
+func (w *Worker) Slots() int                                { return 0 }
+func (w *Worker) Destroy()                                  {}
+func (w *Worker) Address() ([]byte, error)                  { return nil, errNoUCX }
+func (w *Worker) Resources() []Resource                     { return nil }
+func (w *Worker) Lanes(EP) []Lane                           { return nil }
+func (w *Worker) Wake()                                     {}
+func (w *Worker) Wait(time.Duration) error                  { return errNoUCX }
+func (w *Worker) Progress(int) int                          { return 0 }
+func (w *Worker) Completions(dst []Completion) []Completion { return dst }
+func (w *Worker) EndpointErrors(dst []EPError) []EPError    { return dst }
+func (w *Worker) NextMessage([]byte) (int, bool)            { return 0, false }
+func (w *Worker) DroppedMessages() uint64                   { return 0 }
+func (w *Worker) Connect([]byte, bool) (EP, error)          { return 0, errNoUCX }
+func (w *Worker) CloseEP(uint32, EP, bool) Status           { return ErrUnsupported }
+func (w *Worker) SendMessage(uint32, EP, []byte) Status     { return ErrUnsupported }
+func (w *Worker) Post(ops []Op) {
+	for i := range ops {
+		ops[i].Status = ErrUnsupported
+	}
+}
+func (w *Worker) MemMap(uintptr, uint64) (Mem, error) { return 0, errNoUCX }
+func (w *Worker) MemUnmap(Mem) error                  { return errNoUCX }
+func (w *Worker) PackRkey(Mem) ([]byte, error)        { return nil, errNoUCX }
+func (w *Worker) UnpackRkey(EP, []byte) (Rkey, error) { return 0, errNoUCX }
+func (w *Worker) DestroyRkey(Rkey)                    {}

@@ -1,0 +1,70 @@
+//go:build linux && cgo
+
+package ucx_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/ucx"
+)
+
+// lanes are the UCX lane lists the suite runs over: UCX's tcp transport
+// (RMA emulated with active messages, so the target's progress thread does
+// the work) and shared memory between processes (posix/sysv for active
+// messages, cma for RMA).
+var lanes = []string{"tcp", "sm", "posix,cma"}
+
+func options(t testing.TB, tls string) []byte {
+	b, err := json.Marshal(map[string]any{"tls": tls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConformanceInProcess(t *testing.T) {
+	for _, tls := range lanes {
+		t.Run(tls, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{
+				New:     func(t *testing.T) plugins.Transport { return ucx.New() },
+				Options: options(t, tls),
+			})
+		})
+	}
+}
+
+func pluginBinary(t testing.TB) string {
+	bin, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func launch(t testing.TB, bin string) plugins.Transport {
+	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t),
+		Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConformanceSubprocess(t *testing.T) {
+	bin := pluginBinary(t)
+	for _, tls := range lanes {
+		t.Run(tls, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{
+				New:     func(t *testing.T) plugins.Transport { return launch(t, bin) },
+				Options: options(t, tls),
+			})
+		})
+	}
+}
