@@ -192,16 +192,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 // primary is the preferred transport.
 func (c *Connector) primary() *activeTransport { return c.transports[0] }
 
-// transport returns the active transport called name.
-func (c *Connector) transport(name string) *activeTransport {
-	for _, at := range c.transports {
-		if at.name == name {
-			return at
-		}
-	}
-	return nil
-}
-
 // watchPlugin notices a plugin process that dies while the node runs.
 func (c *Connector) watchPlugin(at *activeTransport) {
 	defer c.wg.Done()
@@ -216,7 +206,7 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 }
 
 func (c *Connector) startRPC() error {
-	addr := net.JoinHostPort("", strconv.Itoa(c.cfg.RPCPort))
+	addr := net.JoinHostPort(c.cfg.BindAddress, strconv.Itoa(c.cfg.RPCPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("connector: rpc_port %d: cannot listen: %v (choose another port, or 0 for a free one): %w", c.cfg.RPCPort, err, ErrInvalidArgument)
