@@ -191,7 +191,7 @@ func probeHost(cfg connector.Config) DoctorHost {
 			}
 		}
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.RPCPort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		h.RPCPortErr = err.Error()
 		h.Warnings = append(h.Warnings, fmt.Sprintf("rpc_port %d cannot be bound: %v", cfg.RPCPort, err))
