@@ -468,7 +468,7 @@ func (p *Plugin) startError(ctx context.Context, cfg LaunchConfig, goErr error, 
 			"if the host is heavily loaded or the plugin initialises slowly before plugins.Serve, raise the start timeout",
 		}
 	default:
-		ie.Cause = withTail(fmt.Sprintf("%s closed its stdout without completing the plugin handshake: %v", p.path, goErr))
+		ie.Cause = withTail(fmt.Sprintf("%s closed its stdout without completing the plugin handshake, and the host killed it: %v", p.path, goErr))
 		ie.Hints = []string{"a plugin must keep stdout open for the handshake: check that it does not close or redirect it before plugins.Serve"}
 	}
 	return ie
@@ -528,6 +528,11 @@ func exitHints(path string, st *os.ProcessState) []string {
 		return []string{
 			run,
 			"if it says it is a plugin not meant to be executed directly, it was built with a kvconnect plugin SDK whose handshake cookie differs from this host's: install the plugin that ships with this kvconnect",
+		}
+	case code < 0 && killedBySIGKILL(st):
+		return []string{
+			"something else killed the plugin with SIGKILL: most often the kernel's OOM killer (check dmesg or journalctl -k for \"Out of memory\"), or a cgroup memory limit",
+			run,
 		}
 	case code < 0:
 		return []string{
@@ -687,13 +692,13 @@ func (p *Plugin) crashError(call string, err error) *InitError {
 		Transport: p.name, Step: StepInitPluginCrash,
 		Err: fmt.Errorf("%w: %w", ErrUnavailable, ErrTransportCrashed),
 	}
-	cause := fmt.Sprintf("the plugin process (%s) died during %s", p.path, call)
+	var cause string
 	if st := p.proc.waitState(2 * time.Second); st != nil {
 		var ended string
 		ie.NativeCode, ie.NativeName, ended = exitInfo(st)
 		cause = fmt.Sprintf("the plugin process (%s) %s during %s", p.path, ended, call)
 	} else {
-		cause += ": " + err.Error()
+		cause = fmt.Sprintf("the connection to the plugin process (%s) broke during %s and the process did not exit: %v", p.path, call, err)
 	}
 	if tail := lastLines(p.StderrTail(), stderrQuoteLines); tail != "" {
 		cause += "; its stderr ends with:\n" + indent(tail)
@@ -814,7 +819,25 @@ func (r *procRunner) Wait(context.Context) error {
 	return err
 }
 
+// exitGrace is how long Kill lets a plugin whose stdout has closed finish
+// exiting on its own, so that its own exit status is what gets diagnosed.
+const exitGrace = 2 * time.Second
+
 func (r *procRunner) Kill(context.Context) error {
+	r.mu.Lock()
+	out := r.stdout
+	r.mu.Unlock()
+	// A closed stdout usually means the process is exiting (tearing down
+	// a large address space can take a while): let it finish rather than
+	// kill it and lose how it ended.
+	if out != nil && out.sawEOF() {
+		t := time.NewTimer(exitGrace)
+		select {
+		case <-r.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.killLocked()
@@ -914,18 +937,28 @@ type recorder struct {
 
 	mu  sync.Mutex
 	buf []byte
+	eof bool
 }
 
 func (c *recorder) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		if room := c.max - len(c.buf); room > 0 {
-			c.buf = append(c.buf, p[:min(n, room)]...)
-		}
-		c.mu.Unlock()
+	c.mu.Lock()
+	if room := c.max - len(c.buf); n > 0 && room > 0 {
+		c.buf = append(c.buf, p[:min(n, room)]...)
 	}
+	if err != nil {
+		c.eof = true
+	}
+	c.mu.Unlock()
 	return n, err
+}
+
+// sawEOF reports whether reading stdout ended (the plugin closed it,
+// usually by exiting).
+func (c *recorder) sawEOF() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.eof
 }
 
 func (c *recorder) Close() error { return c.r.Close() }

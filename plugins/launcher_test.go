@@ -436,3 +436,15 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 	}
 	return string(out)
 }
+
+// TestLaunchKilledBeforeHandshake: a plugin killed by someone else (here
+// itself; in life the OOM killer) is told apart from one the host killed.
+func TestLaunchKilledBeforeHandshake(t *testing.T) {
+	isolate(t)
+	ie := launchFails(t, LaunchConfig{Name: "x", Path: buildTestdata(t, "selfkill")}, StepStartPlugin, ErrUnavailable, ErrPluginStart)
+	if ie.NativeName != "SIGKILL" || ie.NativeCode != int64(syscall.SIGKILL) {
+		t.Errorf("native %s %d, want SIGKILL %d", ie.NativeName, ie.NativeCode, syscall.SIGKILL)
+	}
+	wantContains(t, "cause", ie.Cause, "was killed by SIGKILL", "before the plugin handshake", "selfkill: allocating device queues")
+	wantContains(t, "hints", strings.Join(ie.Hints, "\n"), "OOM killer")
+}
