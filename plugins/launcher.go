@@ -400,6 +400,17 @@ func (p *Plugin) startError(ctx context.Context, cfg LaunchConfig, goErr error, 
 	if r.wasCanceled() {
 		return canceledError(cfg.Name, p.path, ctx.Err())
 	}
+	if !r.wasAttempted() {
+		// go-plugin failed before it asked us to start the process: it
+		// could not create the socket directory.
+		code, name := errnoOf(goErr)
+		return &InitError{
+			Transport: cfg.Name, Step: StepStartPlugin, NativeCode: code, NativeName: name,
+			Cause: fmt.Sprintf("cannot prepare to start %s: %v", p.path, goErr),
+			Hints: []string{fmt.Sprintf("the plugin's socket directory is created in the temporary directory %s: check that it exists, is writable and is not full (or point TMPDIR elsewhere)", os.TempDir())},
+			Err:   fmt.Errorf("%w: %w", ErrUnavailable, ErrPluginStart),
+		}
+	}
 	st := r.state()
 	line, complete := r.stdout.firstLine()
 	tail := lastLines(r.tail.String(), stderrQuoteLines)
@@ -459,13 +470,13 @@ func (p *Plugin) startError(ctx context.Context, cfg LaunchConfig, goErr error, 
 		ie.Cause = quoteTail(fmt.Sprintf("%s %s before the plugin handshake", p.path, ended))
 		ie.Hints = exitHints(p.path, st)
 	case took >= cfg.StartTimeout:
-		ie.Cause = withTail(fmt.Sprintf("%s did not complete the plugin handshake within %v (start_timeout)", p.path, cfg.StartTimeout))
+		ie.Cause = withTail(fmt.Sprintf("%s did not complete the plugin handshake within %v", p.path, cfg.StartTimeout))
 		if partial := r.stdout.String(); partial != "" && !complete {
 			ie.Cause += fmt.Sprintf("; it printed %q on stdout without ending the line", partial)
 		}
 		ie.Hints = []string{
 			fmt.Sprintf("check that %s is a kvconnect transport plugin (built with plugins.Serve); a program that is not one never answers", p.path),
-			"if the host is heavily loaded or the plugin initialises slowly before plugins.Serve, raise the start timeout",
+			"if the host is heavily loaded or the plugin initialises slowly before plugins.Serve, raise the start timeout (LaunchConfig.StartTimeout, default 10s)",
 		}
 	default:
 		ie.Cause = withTail(fmt.Sprintf("%s closed its stdout without completing the plugin handshake, and the host killed it: %v", p.path, goErr))
@@ -775,12 +786,13 @@ type procRunner struct {
 	tail      *tailBuffer
 	done      chan struct{} // closed once the process has been waited for
 
-	mu       sync.Mutex
-	pid      int
-	execErr  error
-	killed   bool // the host sent SIGKILL (go-plugin on a failed handshake, Close, or a canceled ctx)
-	canceled bool
-	st       *os.ProcessState
+	mu        sync.Mutex
+	attempted bool // go-plugin called Start
+	pid       int
+	execErr   error
+	killed    bool // the host sent SIGKILL (go-plugin on a failed handshake, Close, or a canceled ctx)
+	canceled  bool
+	st        *os.ProcessState
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -788,6 +800,7 @@ var _ runner.Runner = (*procRunner)(nil)
 func (r *procRunner) Start(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.attempted = true
 	if err := r.ctx.Err(); err != nil {
 		r.canceled = true
 		return err
@@ -894,6 +907,12 @@ func (r *procRunner) wasCanceled() bool {
 	return r.canceled
 }
 
+func (r *procRunner) wasAttempted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempted
+}
+
 func (r *procRunner) wasKilled() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -994,7 +1013,8 @@ var errnoNames = map[syscall.Errno]string{
 	syscall.E2BIG: "E2BIG", syscall.ENOEXEC: "ENOEXEC", syscall.EAGAIN: "EAGAIN", syscall.ENOMEM: "ENOMEM",
 	syscall.EACCES: "EACCES", syscall.EFAULT: "EFAULT", syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR",
 	syscall.EINVAL: "EINVAL", syscall.ENFILE: "ENFILE", syscall.EMFILE: "EMFILE", syscall.ETXTBSY: "ETXTBSY",
-	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.ELOOP: "ELOOP", syscall.ENOSYS: "ENOSYS",
+	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.ELOOP: "ELOOP", syscall.ENOSYS: "ENOSYS", syscall.ENOSPC: "ENOSPC",
+	syscall.EROFS: "EROFS",
 }
 
 var signalNames = map[syscall.Signal]string{

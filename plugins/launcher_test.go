@@ -448,3 +448,15 @@ func TestLaunchKilledBeforeHandshake(t *testing.T) {
 	wantContains(t, "cause", ie.Cause, "was killed by SIGKILL", "before the plugin handshake", "selfkill: allocating device queues")
 	wantContains(t, "hints", strings.Join(ie.Hints, "\n"), "OOM killer")
 }
+
+func TestLaunchNoTempDir(t *testing.T) {
+	isolate(t)
+	missing := filepath.Join(t.TempDir(), "missing")
+	t.Setenv("TMPDIR", missing)
+	ie := launchFails(t, LaunchConfig{Name: "x", Path: buildTestdata(t, "silent")}, StepStartPlugin, ErrUnavailable, ErrPluginStart)
+	wantContains(t, "cause", ie.Cause, "cannot prepare to start")
+	if ie.NativeName != "ENOENT" {
+		t.Errorf("native %q, want ENOENT", ie.NativeName)
+	}
+	wantContains(t, "hints", strings.Join(ie.Hints, "\n"), "temporary directory "+missing)
+}
