@@ -1,0 +1,79 @@
+package efa_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/efa"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+// softProviders are the libfabric software providers that implement the
+// same RDM + RMA interface as efa, with their options.
+var softProviders = []struct {
+	name string
+	opts string
+}{
+	{"tcp_rxm", `{"provider":"tcp;ofi_rxm","domain":"lo","op_timeout":"3s"}`},
+	{"shm", `{"provider":"shm","op_timeout":"3s"}`},
+}
+
+func TestConformanceInProcess(t *testing.T) {
+	for _, p := range softProviders {
+		t.Run(p.name, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{
+				New: func(t *testing.T) plugins.Transport {
+					return &loggedTransport{Transport: efa.New(), t: t}
+				},
+				Options: []byte(p.opts),
+			})
+		})
+	}
+}
+
+func TestConformanceSubprocess(t *testing.T) {
+	bin, err := testbin.Build("./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range softProviders {
+		t.Run(p.name, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{
+				New: func(t *testing.T) plugins.Transport {
+					pl, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "efa", Path: bin, Logger: zaptest.NewLogger(t),
+						Env: []string{"GORACE=atexit_sleep_ms=0"}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return pl
+				},
+				Options: []byte(p.opts),
+			})
+		})
+	}
+}
+
+// loggedTransport gives an in-process transport the test's logger.
+type loggedTransport struct {
+	*efa.Transport
+	t *testing.T
+}
+
+func (l *loggedTransport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
+	req.Logger = zaptest.NewLogger(l.t)
+	return l.Transport.Init(ctx, req)
+}
+
+var _ = time.Second
