@@ -77,6 +77,17 @@ var kinds = []struct {
 	{"internal", ErrInternal},
 }
 
+// ErrorKinds returns the stable wire names of every sentinel err wraps.
+func ErrorKinds(err error) []string {
+	var out []string
+	for _, k := range kinds {
+		if err != nil && errors.Is(err, k.err) {
+			out = append(out, k.name)
+		}
+	}
+	return out
+}
+
 // ErrorKind returns the stable wire name of the first sentinel err wraps,
 // or "" if it wraps none.
 func ErrorKind(err error) string {
@@ -152,7 +163,7 @@ const (
 
 func (e *InitError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s failed: %s", e.Transport, e.Step, e.Cause)
+	fmt.Fprintf(&b, "%s: %s failed", e.Transport, e.Step)
 	if e.NativeCode != 0 || e.NativeName != "" {
 		b.WriteString(" (")
 		if e.NativeName != "" {
@@ -166,6 +177,8 @@ func (e *InitError) Error() string {
 		}
 		b.WriteString(")")
 	}
+	b.WriteString(": ")
+	b.WriteString(e.Cause)
 	return b.String()
 }
 

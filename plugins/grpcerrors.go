@@ -46,7 +46,7 @@ func errorDetail(err error) *proto.ErrorDetail {
 	if errors.As(err, &ie) {
 		d.Init = &proto.InitFailure{
 			Transport: ie.Transport, Step: ie.Step, NativeCode: ie.NativeCode, NativeName: ie.NativeName,
-			Cause: ie.Cause, Hints: ie.Hints, WrappedKind: ErrorKind(ie.Err),
+			Cause: ie.Cause, Hints: ie.Hints, WrappedKind: ErrorKind(ie.Err), WrappedKinds: ErrorKinds(ie.Err),
 		}
 	}
 	return d
@@ -62,8 +62,9 @@ func fromDetail(d *proto.ErrorDetail) error {
 			Transport: in.Transport, Step: in.Step, NativeCode: in.NativeCode, NativeName: in.NativeName,
 			Cause: in.Cause, Hints: in.Hints,
 		}
-		if s := SentinelForKind(in.WrappedKind); s != nil {
-			ie.Err = s
+		ie.Err = sentinelChain(in.WrappedKinds)
+		if ie.Err == nil {
+			ie.Err = SentinelForKind(in.WrappedKind)
 		}
 		return ie
 	}
@@ -121,3 +122,26 @@ func (c *grpcClient) fromStatus(ctx context.Context, op string, err error) error
 	}
 	return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, ErrInternal)
 }
+
+// sentinelChain rebuilds an error wrapping every named sentinel.
+func sentinelChain(kinds []string) error {
+	var errs []error
+	for _, k := range kinds {
+		if s := SentinelForKind(k); s != nil {
+			errs = append(errs, s)
+		}
+	}
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return wrapAll(errs)
+}
+
+// wrapAll is an error that unwraps to each of errs and prints the first.
+type wrapAll []error
+
+func (w wrapAll) Error() string   { return w[0].Error() }
+func (w wrapAll) Unwrap() []error { return w }

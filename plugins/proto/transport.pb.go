@@ -1019,14 +1019,18 @@ func (x *ErrorDetail) GetInit() *InitFailure {
 }
 
 type InitFailure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Transport     string                 `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"`
-	Step          string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
-	NativeCode    int64                  `protobuf:"varint,3,opt,name=native_code,json=nativeCode,proto3" json:"native_code,omitempty"`
-	NativeName    string                 `protobuf:"bytes,4,opt,name=native_name,json=nativeName,proto3" json:"native_name,omitempty"`
-	Cause         string                 `protobuf:"bytes,5,opt,name=cause,proto3" json:"cause,omitempty"`
-	Hints         []string               `protobuf:"bytes,6,rep,name=hints,proto3" json:"hints,omitempty"`
-	WrappedKind   string                 `protobuf:"bytes,7,opt,name=wrapped_kind,json=wrappedKind,proto3" json:"wrapped_kind,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Transport  string                 `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"`
+	Step       string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	NativeCode int64                  `protobuf:"varint,3,opt,name=native_code,json=nativeCode,proto3" json:"native_code,omitempty"`
+	NativeName string                 `protobuf:"bytes,4,opt,name=native_name,json=nativeName,proto3" json:"native_name,omitempty"`
+	Cause      string                 `protobuf:"bytes,5,opt,name=cause,proto3" json:"cause,omitempty"`
+	Hints      []string               `protobuf:"bytes,6,rep,name=hints,proto3" json:"hints,omitempty"`
+	// The first sentinel the diagnosis wraps (kept for older hosts).
+	WrappedKind string `protobuf:"bytes,7,opt,name=wrapped_kind,json=wrappedKind,proto3" json:"wrapped_kind,omitempty"`
+	// Every sentinel the diagnosis wraps, e.g. unavailable and
+	// transport_crashed.
+	WrappedKinds  []string `protobuf:"bytes,8,rep,name=wrapped_kinds,json=wrappedKinds,proto3" json:"wrapped_kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1110,6 +1114,13 @@ func (x *InitFailure) GetWrappedKind() string {
 	return ""
 }
 
+func (x *InitFailure) GetWrappedKinds() []string {
+	if x != nil {
+		return x.WrappedKinds
+	}
+	return nil
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1174,7 +1185,7 @@ const file_transport_proto_rawDesc = "" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
-	"\x04init\x18\x03 \x01(\v2!.kvconnect.plugins.v1.InitFailureR\x04init\"\xd0\x01\n" +
+	"\x04init\x18\x03 \x01(\v2!.kvconnect.plugins.v1.InitFailureR\x04init\"\xf5\x01\n" +
 	"\vInitFailure\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1f\n" +
@@ -1184,7 +1195,8 @@ const file_transport_proto_rawDesc = "" +
 	"nativeName\x12\x14\n" +
 	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x14\n" +
 	"\x05hints\x18\x06 \x03(\tR\x05hints\x12!\n" +
-	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind2\xef\x05\n" +
+	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind\x12#\n" +
+	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xef\x05\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
