@@ -146,8 +146,8 @@ func asInitError(name string, p *plugins.Plugin, err error) error {
 	step, cause := "init", err.Error()
 	if errors.Is(err, ErrTransportCrashed) {
 		step = plugins.StepInitPluginCrash
-		if t, ok := any(p).(interface{ StderrTail() string }); ok && p != nil {
-			if tail := t.StderrTail(); tail != "" {
+		if p != nil {
+			if tail := p.StderrTail(); tail != "" {
 				cause += "; its stderr ends with:\n" + tail
 			}
 		}

@@ -201,8 +201,14 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 	if c.closed {
 		return
 	}
-	at.crashed = fmt.Errorf("connector: transport %s: plugin process %s exited: %w", at.name, at.plugin.Path(), ErrTransportCrashed)
-	c.log.Error("transport plugin died; transfers on it fail until the node is restarted", zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()))
+	why := fmt.Sprintf("plugin process %s exited", at.plugin.Path())
+	tail := at.plugin.StderrTail()
+	if tail != "" {
+		why += "; its stderr ends with:\n" + tail
+	}
+	at.crashed = fmt.Errorf("connector: transport %s: %s: %w", at.name, why, ErrTransportCrashed)
+	c.log.Error("transport plugin died; transfers on it fail until the node is restarted",
+		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("stderr_tail", tail))
 }
 
 func (c *Connector) startRPC() error {
