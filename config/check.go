@@ -83,6 +83,9 @@ func (ck *checker) check(c *Config) {
 	if ck.ok("connect_timeout") && c.ConnectTimeout < 0 {
 		ck.add(&Problem{Key: "connect_timeout", Value: c.ConnectTimeout.String(), Allowed: "a duration, not negative"})
 	}
+	if ck.ok("plugin_start_timeout") && c.PluginStartTimeout < 0 {
+		ck.add(&Problem{Key: "plugin_start_timeout", Value: c.PluginStartTimeout.String(), Allowed: "a duration, not negative"})
+	}
 	if ck.ok("transfer_timeout") && c.TransferTimeout < 0 {
 		ck.add(&Problem{Key: "transfer_timeout", Value: c.TransferTimeout.String(), Allowed: "a duration, not negative"})
 	}

@@ -36,6 +36,9 @@ type Config struct {
 	// ConnectTimeout bounds opening a peer (handshake + transport connect).
 	// Default 10s.
 	ConnectTimeout time.Duration `koanf:"connect_timeout" json:"connect_timeout"`
+	// PluginStartTimeout bounds starting a transport plugin process and
+	// its handshake. Default 10s.
+	PluginStartTimeout time.Duration `koanf:"plugin_start_timeout" json:"plugin_start_timeout"`
 	// TransferTimeout bounds a batch whose context has no deadline
 	// (Mooncake's MC_TRANSFER_TIMEOUT). Default 30s.
 	TransferTimeout time.Duration `koanf:"transfer_timeout" json:"transfer_timeout"`
@@ -64,13 +67,14 @@ type Config struct {
 
 // Defaults used for zero fields.
 const (
-	DefaultHostname          = "127.0.0.1"
-	DefaultProtocol          = "tcp"
-	DefaultConnectTimeout    = 10 * time.Second
-	DefaultTransferTimeout   = 30 * time.Second
-	DefaultMaxHandshakeFrame = 16 << 20
-	DefaultRole              = "kv_both"
-	DefaultBufferDevice      = "cpu"
+	DefaultHostname           = "127.0.0.1"
+	DefaultProtocol           = "tcp"
+	DefaultConnectTimeout     = 10 * time.Second
+	DefaultPluginStartTimeout = 10 * time.Second
+	DefaultTransferTimeout    = 30 * time.Second
+	DefaultMaxHandshakeFrame  = 16 << 20
+	DefaultRole               = "kv_both"
+	DefaultBufferDevice       = "cpu"
 )
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -86,6 +90,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.PluginStartTimeout == 0 {
+		c.PluginStartTimeout = DefaultPluginStartTimeout
 	}
 	if c.TransferTimeout == 0 {
 		c.TransferTimeout = DefaultTransferTimeout

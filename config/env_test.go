@@ -144,7 +144,7 @@ func TestKVConnectEnv(t *testing.T) {
 		"MOONCAKE_PROTOCOL=rdma", "KVCONNECT_PROTOCOL=ucx",
 		"KVCONNECT_HOSTNAME=10.1.1.1", "KVCONNECT_BIND_ADDRESS=10.1.1.2", "KVCONNECT_RPC_PORT=15001",
 		"KVCONNECT_ROLE=kv_consumer", "KVCONNECT_ENGINE_ID=e1", "KVCONNECT_LOCAL_DEVICE_INDEX=1",
-		"KVCONNECT_BUFFER_SIZE=1GB", "KVCONNECT_BUFFER_DEVICE=cpu", "KVCONNECT_CONNECT_TIMEOUT=3s",
+		"KVCONNECT_BUFFER_SIZE=1GB", "KVCONNECT_BUFFER_DEVICE=cpu", "KVCONNECT_CONNECT_TIMEOUT=3s", "KVCONNECT_PLUGIN_START_TIMEOUT=5s",
 		"KVCONNECT_TRANSFER_TIMEOUT=4s", "KVCONNECT_MAX_HANDSHAKE_FRAME=1MiB", "KVCONNECT_PLUGIN_DIR=",
 		"KVCONNECT_LOG_LEVEL=debug", "KVCONNECT_LOG_FORMAT=json", "KVCONNECT_DEVICE_NAME=mlx5_4",
 		"KVCONNECT_METADATA=P2PHANDSHAKE", "KVCONNECT_FALLBACK=tcp",
@@ -152,7 +152,7 @@ func TestKVConnectEnv(t *testing.T) {
 	l := mustLoad(t, Options{Environ: env})
 	c := l.Config
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
-		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second,
+		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
 		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: MetadataP2P,
 		Fallback: []string{"tcp"}}
 	if !reflect.DeepEqual(c, want) {

@@ -92,6 +92,8 @@ var settings = []setting{
 		help: "where KV buffers live: cpu (cuda, npu and xpu are not supported yet)"},
 	{key: "connect_timeout", kind: kindDuration, def: DefaultConnectTimeout.String(), flag: "connect-timeout",
 		help: "bound on opening a peer (handshake and transport connect)"},
+	{key: "plugin_start_timeout", kind: kindDuration, def: DefaultPluginStartTimeout.String(), flag: "plugin-start-timeout",
+		help: "bound on starting a transport plugin process and its handshake"},
 	{key: "transfer_timeout", kind: kindDuration, def: DefaultTransferTimeout.String(), flag: "transfer-timeout",
 		help: "bound on a batch whose context has no deadline (Mooncake's MC_TRANSFER_TIMEOUT)"},
 	{key: "max_handshake_frame", kind: kindSize, def: units.FormatSize(DefaultMaxHandshakeFrame), flag: "max-handshake-frame",

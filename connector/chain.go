@@ -163,7 +163,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 	if f, ok := c.opts.inProcess[name]; ok {
 		tr = f()
 	} else {
-		lc := plugins.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log}
+		lc := plugins.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log, StartTimeout: c.cfg.PluginStartTimeout}
 		if c.opts.launchHook != nil {
 			c.opts.launchHook(&lc)
 		}
