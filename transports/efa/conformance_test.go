@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -15,6 +14,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "missing-library" {
+		os.Exit(missingLibraryHelper())
+	}
 	code := m.Run()
 	testbin.Cleanup()
 	os.Exit(code)
@@ -75,5 +77,3 @@ func (l *loggedTransport) Init(ctx context.Context, req plugins.InitRequest) (pl
 	req.Logger = zaptest.NewLogger(l.t)
 	return l.Transport.Init(ctx, req)
 }
-
-var _ = time.Second

@@ -37,6 +37,7 @@ type fabric struct {
 	interval   time.Duration
 	probeAfter time.Duration
 	verify     bool // probe remote regions before posting
+	spin       time.Duration
 
 	mu       sync.Mutex // guards queue and closed; held around wake
 	queue    []func(dead bool)
@@ -176,9 +177,14 @@ const drainTimeout = 2 * time.Second
 // busySpin is how long the progress thread keeps polling without a
 // completion while operations are posted before it sleeps (at most
 // busySleep at a time, or until the provider's descriptor wakes it).
+// With a wait descriptor the provider wakes the thread when completions
+// arrive, so it spins only briefly and leaves the CPU to the kernel's
+// socket work (tcp;ofi_rxm); without one (EFA's CQs) polling is the only
+// way to see completions early.
 const (
-	busySpin  = 2 * time.Millisecond
-	busySleep = 200 * time.Microsecond
+	busySpin       = 2 * time.Millisecond
+	busySpinWaitFD = 50 * time.Microsecond
+	busySleep      = 200 * time.Microsecond
 )
 
 // probeAfter is how long a batch's peer may complete nothing before the
@@ -246,9 +252,10 @@ func openFabric(opts Options, log *zap.Logger) (*fabric, plugins.InitResult, err
 		opts:        opts,
 		info:        info,
 		self:        name,
-		interval:    time.Duration(opts.ProgressInterval),
+		interval:    opts.progressInterval(info.Provider, c.waitFD),
 		probeAfter:  min(probeAfter, time.Duration(opts.OpTimeout)/2),
 		verify:      opts.verifyRegions(info.Provider),
+		spin:        busySpin,
 		exited:      make(chan struct{}),
 		mrs:         map[uint64]*mrHandle{},
 		active:      map[*batch]struct{}{},
@@ -262,6 +269,9 @@ func openFabric(opts Options, log *zap.Logger) (*fabric, plugins.InitResult, err
 	}
 	for i := nctx - 1; i >= 0; i-- {
 		f.free = append(f.free, uint32(i))
+	}
+	if c.waitFD {
+		f.spin = busySpinWaitFD
 	}
 	f.maxChunk = uint64(opts.ChunkSize)
 	if f.maxChunk == 0 || f.maxChunk > maxChunk {
@@ -277,13 +287,14 @@ func openFabric(opts Options, log *zap.Logger) (*fabric, plugins.InitResult, err
 	}
 	ep := endpoint{Provider: info.Provider, AddrFormat: info.AddrFormat, Addr: name, Status: f.statusKey}
 	addr := c.straddr(name)
-	summary := fmt.Sprintf("efa %s domain %s %s", info.Provider, info.Domain, addr)
+	summary := fmt.Sprintf("efa %s domain %s %s mr_mode=%s", info.Provider, info.Domain, addr, mrModeString(info.MRMode))
 	log.Info("efa transport up",
 		zap.String("provider", info.Provider), zap.String("fabric", info.Fabric), zap.String("domain", info.Domain),
 		zap.String("address", addr), zap.String("mr_mode", mrModeString(info.MRMode)),
 		zap.Uint64("mr_key_size", info.MRKeySize), zap.Uint64("max_msg_size", info.MaxMsg),
 		zap.Uint64("tx_size", info.TxSize), zap.Bool("cq_wait_fd", c.waitFD),
-		zap.Bool("manual_progress", info.DataProgress == fiProgressManual), zap.Int("max_inflight", nctx))
+		zap.Bool("manual_progress", info.DataProgress == fiProgressManual), zap.Duration("progress_interval", f.interval),
+		zap.Int("max_inflight", nctx), zap.Bool("verify_regions", f.verify))
 	local.mu.Lock()
 	if local.m == nil {
 		local.m = map[*fabric]struct{}{}
@@ -477,7 +488,7 @@ func (f *fabric) loop() {
 			continue
 		}
 		if f.posted > 0 || len(f.pend) > 0 || len(f.probeQueue) > 0 {
-			if now.Sub(lastDone) < busySpin {
+			if now.Sub(lastDone) < f.spin {
 				continue
 			}
 			f.sleep(min(busySleep, f.interval))

@@ -54,20 +54,22 @@ type Options struct {
 	// progresses the provider again. Providers with manual progress (such
 	// as tcp;ofi_rxm and shm) only serve incoming RMA while the target
 	// calls into them, so this bounds how long a peer's op can wait on an
-	// idle target when the provider cannot wake it.
+	// idle target when the provider cannot wake it. 0 (the default) picks
+	// 100ms when the completion queue has a wait descriptor the provider
+	// signals on incoming data (tcp;ofi_rxm), else 1ms (shm, whose peers
+	// only set a flag in shared memory, and CQs without a descriptor).
 	ProgressInterval units.Duration `json:"progress_interval"`
 }
 
 // DefaultOptions are the options used for keys the config leaves out.
 func DefaultOptions() Options {
 	return Options{
-		Provider:         DefaultProvider,
-		Library:          DefaultLibrary,
-		MaxInflight:      256,
-		MaxRegions:       65536,
-		OpTimeout:        units.Duration(30 * time.Second),
-		ProgressInterval: units.Duration(time.Millisecond),
-		VerifyRegions:    "auto",
+		Provider:      DefaultProvider,
+		Library:       DefaultLibrary,
+		MaxInflight:   256,
+		MaxRegions:    65536,
+		OpTimeout:     units.Duration(30 * time.Second),
+		VerifyRegions: "auto",
 	}
 }
 
@@ -97,8 +99,8 @@ func (o Options) validate() error {
 		return bad("op_timeout", time.Duration(o.OpTimeout), "must be positive")
 	case o.VerifyRegions != "auto" && o.VerifyRegions != "always" && o.VerifyRegions != "never":
 		return bad("verify_regions", fmt.Sprintf("%q", o.VerifyRegions), `must be "auto", "always" or "never"`)
-	case o.ProgressInterval < units.Duration(10*time.Microsecond) || o.ProgressInterval > units.Duration(time.Second):
-		return bad("progress_interval", time.Duration(o.ProgressInterval), "must be between 10us and 1s")
+	case o.ProgressInterval != 0 && (o.ProgressInterval < units.Duration(10*time.Microsecond) || o.ProgressInterval > units.Duration(time.Second)):
+		return bad("progress_interval", time.Duration(o.ProgressInterval), "must be 0 (automatic) or between 10us and 1s")
 	}
 	return nil
 }
@@ -112,4 +114,16 @@ func (o Options) verifyRegions(provider string) bool {
 		return false
 	}
 	return provider == "shm"
+}
+
+// progressInterval resolves ProgressInterval: waitFD says the completion
+// queue has a wait descriptor.
+func (o Options) progressInterval(provider string, waitFD bool) time.Duration {
+	switch {
+	case o.ProgressInterval != 0:
+		return time.Duration(o.ProgressInterval)
+	case waitFD && provider != "shm":
+		return 100 * time.Millisecond
+	}
+	return time.Millisecond
 }

@@ -1,0 +1,159 @@
+package efa_test
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/efa"
+)
+
+func harness(opts string) transporttest.Harness {
+	return transporttest.Harness{
+		New:     func(t *testing.T) plugins.Transport { return &loggedTransport{Transport: efa.New(), t: t} },
+		Options: []byte(opts),
+	}
+}
+
+// Both providers progress data only when the target calls into them
+// (FI_PROGRESS_MANUAL). The target here never calls its transport after
+// Connect: its progress thread alone must serve the initiator's writes
+// and reads, or they hang until the context ends.
+func TestIdleTargetProgresses(t *testing.T) {
+	for _, p := range softProviders {
+		t.Run(p.name, func(t *testing.T) {
+			h := harness(p.opts)
+			a, b := transporttest.NewNode(t, h, "initiator"), transporttest.NewNode(t, h, "idle-target")
+			const n, size = 64, 1 << 20
+			src := a.Alloc(t, n*size, 0)
+			back := a.Alloc(t, n*size, 0)
+			dst := b.Alloc(t, n*size, 0)
+			transporttest.Fill(src.Bytes, 11)
+			peer := a.Connect(t, b)
+			ops := make([]plugins.Op, n)
+			for i := range ops {
+				off := uint64(i * size)
+				ops[i] = plugins.Op{Kind: plugins.OpWrite, LocalRegion: src.ID, LocalOffset: off, RemoteRegion: dst.ID, RemoteOffset: off, Length: size}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res := make([]plugins.OpResult, n)
+			start := time.Now()
+			if err := a.T.Transfer(ctx, peer, ops, res); err != nil {
+				t.Fatal(err)
+			}
+			for i := range ops {
+				ops[i].Kind = plugins.OpRead
+				ops[i].LocalRegion = back.ID
+			}
+			if err := a.T.Transfer(ctx, peer, ops, res); err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if r.Err != nil {
+					t.Fatalf("op %d with the target idle: %v", i, r.Err)
+				}
+			}
+			if string(back.Bytes) != string(src.Bytes) || string(dst.Bytes) != string(src.Bytes) {
+				t.Fatal("data differs after WRITE and READ through an idle target")
+			}
+			t.Logf("%d MiB written and read back through an idle target in %v", n*2, time.Since(start))
+		})
+	}
+}
+
+// With a progress interval of a second, an idle tcp;ofi_rxm target still
+// serves writes at once: it sleeps on the completion queue's wait
+// descriptor, which the provider makes readable when data arrives.
+func TestIdleTargetWakesOnData(t *testing.T) {
+	h := harness(`{"provider":"tcp;ofi_rxm","domain":"lo","progress_interval":"1s"}`)
+	a, b := transporttest.NewNode(t, h, "initiator"), transporttest.NewNode(t, h, "sleeping-target")
+	src := a.Alloc(t, 1<<20, 0)
+	dst := b.Alloc(t, 1<<20, 0)
+	peer := a.Connect(t, b)
+	a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 4096}}) // connects
+	time.Sleep(1500 * time.Millisecond)                                                                                     // the target is asleep now
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 64 << 10}})
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("20 writes to a target with a 1s progress interval took %v: it did not wake on incoming data", d)
+	} else {
+		t.Logf("20 writes to a sleeping target in %v", d)
+	}
+}
+
+// Idle transports must not spin: two of them (initiator and target) over
+// a second use a small fraction of a CPU.
+func TestIdleDoesNotSpin(t *testing.T) {
+	for _, p := range softProviders {
+		t.Run(p.name, func(t *testing.T) {
+			h := harness(p.opts)
+			a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+			src := a.Alloc(t, 1<<20, 0)
+			dst := b.Alloc(t, 1<<20, 0)
+			peer := a.Connect(t, b)
+			a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 1 << 20}})
+			time.Sleep(100 * time.Millisecond)
+			before := cpuTime(t)
+			start := time.Now()
+			time.Sleep(time.Second)
+			used, wall := cpuTime(t)-before, time.Since(start)
+			t.Logf("idle: %v of CPU in %v (%.1f%%)", used, wall, 100*used.Seconds()/wall.Seconds())
+			if used > wall/4 {
+				t.Fatalf("two idle transports used %v of CPU in %v: the progress thread spins", used, wall)
+			}
+		})
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Two ends must run the same provider; Connect says so instead of handing
+// fi_av_insert an address of another format.
+func TestProviderMismatch(t *testing.T) {
+	a := transporttest.NewNode(t, harness(`{"provider":"tcp;ofi_rxm","domain":"lo"}`), "tcp-node")
+	b := transporttest.NewNode(t, harness(`{"provider":"shm"}`), "shm-node")
+	_, err := a.T.Connect(context.Background(), b.Info())
+	if !errors.Is(err, plugins.ErrNotSupported) {
+		t.Fatalf("Connect tcp;ofi_rxm -> shm: got %v, want ErrNotSupported", err)
+	}
+	t.Log(err)
+	info := b.Info()
+	info.Endpoint = []byte("not an endpoint")
+	if _, err := b.T.Connect(context.Background(), info); !errors.Is(err, plugins.ErrInvalidArgument) {
+		t.Fatalf("garbage endpoint: got %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A region's key is checked against what its peer published.
+func TestBadRegionKeysRejected(t *testing.T) {
+	h := harness(`{"provider":"tcp;ofi_rxm","domain":"lo"}`)
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	dst := b.Alloc(t, 4096, 0)
+	for name, mutate := range map[string]func(*plugins.RemoteRegion){
+		"truncated key": func(r *plugins.RemoteRegion) { r.Key = r.Key[:10] },
+		"no key":        func(r *plugins.RemoteRegion) { r.Key = nil },
+		"size mismatch": func(r *plugins.RemoteRegion) { r.Size *= 2 },
+		"region id 0":   func(r *plugins.RemoteRegion) { r.ID = 0 },
+	} {
+		info := b.Info()
+		mutate(&info.Regions[0])
+		_, err := a.T.Connect(context.Background(), info)
+		if !errors.Is(err, plugins.ErrProtocol) {
+			t.Errorf("%s: got %v, want ErrProtocol", name, err)
+		}
+	}
+	_ = dst
+}
