@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -177,6 +179,44 @@ func TestBenchTargetInitiator(t *testing.T) {
 	}
 	if !strings.Contains(tout.String(), "verify (asked by ") || !strings.Contains(tout.String(), "all match") {
 		t.Errorf("the target did not report its verification:\n%s", tout.String())
+	}
+}
+
+// TestBenchRawServer runs the suite's raw baseline server mode: it says
+// where it listens, accepts connections and ends when stdin does.
+func TestBenchRawServer(t *testing.T) {
+	stdinR, stdinW := io.Pipe()
+	var out, errOut syncBuffer
+	root := newRootCommand()
+	root.SetIn(stdinR)
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"bench", "--raw-server", "--buffer-size", "64KiB"})
+	done := make(chan error, 1)
+	go func() { done <- root.Execute() }()
+	addr := ""
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "raw-server="); ok {
+			addr = a
+		}
+	}
+	if addr == "" {
+		stdinW.Close()
+		t.Fatalf("no raw-server= line: %q %q %v", out.String(), errOut.String(), <-done)
+	}
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	stdinW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the raw server did not end with its stdin")
 	}
 }
 

@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +18,23 @@ import (
 	"github.com/kvconnect/kvconnect/internal/units"
 )
 
+// envRawServer makes the test binary act as the raw baseline's server
+// process (what kvconnect bench --raw-server does), so the tests need not
+// build the CLI.
+const envRawServer = "KVCONNECT_BENCH_TEST_RAW_SERVER"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envRawServer) != "" {
+		size := 0
+		if len(os.Args) == 3 && os.Args[1] == "--buffer-size" {
+			size, _ = strconv.Atoi(os.Args[2])
+		}
+		if err := ServeRawProcess(os.Stdin, os.Stdout, size); err != nil {
+			fmt.Fprintln(os.Stderr, "raw server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	testbin.Cleanup()
 	os.Exit(code)
@@ -34,15 +52,12 @@ func tcpPluginDir(t *testing.T) string {
 	return filepath.Dir(bin)
 }
 
-// rawServerCommand builds kvconnect and returns the argv of its raw
-// baseline server.
+// rawServerCommand is the argv of a raw baseline server process: this
+// test binary (see TestMain); the caller appends --buffer-size <bytes>.
 func rawServerCommand(t *testing.T) []string {
 	t.Helper()
-	bin, err := testbin.Build("./cmd/kvconnect", "kvconnect")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{bin, "bench", "--raw-server"}
+	t.Setenv(envRawServer, "1")
+	return []string{os.Args[0]}
 }
 
 // checkGoroutines fails if goroutines started during the test outlive it.
@@ -233,7 +248,7 @@ func TestRawBaseline(t *testing.T) {
 func TestRawServerProcess(t *testing.T) {
 	checkGoroutines(t)
 	const bs, buf = 4096, 64 << 10
-	argv := append(rawServerCommand(t), "--buffer-size", "64KiB")
+	argv := append(rawServerCommand(t), "--buffer-size", strconv.Itoa(buf))
 	r, err := NewRaw(RawOptions{Conns: 2, BufferSize: buf, ServerCommand: argv})
 	if err != nil {
 		t.Fatal(err)
