@@ -151,7 +151,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		p("\n")
 	}
 
-	p("## Targets\n\n| target | measured (median) | met |\n|---|---:|---|\n")
+	p("## Targets\n\n| target | measured: median (min–max) | met |\n|---|---:|---|\n")
 	for _, t := range targets {
 		var got summary
 		what := fmt.Sprintf("%s / %s, %s %s ≥ %.2f", t.variant, res.Baseline, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
@@ -173,7 +173,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		if got.Median < t.min {
 			met = "**no**"
 		}
-		p("| %s | %.2f | %s |\n", what, got.Median, met)
+		p("| %s | %.3f (%.2f–%.2f) | %s |\n", what, got.Median, got.Min, got.Max, met)
 	}
 	p("\n")
 
