@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -443,6 +444,47 @@ func TestSuiteTable(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(out)
+	}
+}
+
+// failingBencher fails every measurement.
+type failingBencher struct{}
+
+func (failingBencher) run(context.Context, Workload, *Progress, string) (Result, error) {
+	return Result{}, errors.New("wedged on purpose")
+}
+func (failingBencher) close() error { return nil }
+
+// TestSuiteVariantFails checks that a variant that fails is reported and
+// left out of later measurements while the others go on.
+func TestSuiteVariantFails(t *testing.T) {
+	checkGoroutines(t)
+	o := SuiteOptions{
+		Config: connector.Config{PluginDir: tcpPluginDir(t)}, Rounds: 2, Duration: 20 * time.Millisecond,
+		Threads: 1, BatchSize: 2, BlockSizes: []int{4096}, Ops: []Operation{Write}, FallbackSamples: 1,
+		extra: []variantSetup{{status: VariantStatus{Name: "wedged", Transport: "x", Mode: "plugin"},
+			start: func(context.Context) (bencher, error) { return failingBencher{}, nil }}},
+	}
+	res, err := RunSuite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	res.WriteMarkdown(&md, false)
+	out := md.String()
+	for _, want := range []string{
+		"| wedged | WRITE | 4KiB | round 1: wedged on purpose",
+		"| wedged | left out: the variant failed in round 1 (WRITE 4KiB x 2/batch, 1 thread) |",
+		"| " + VariantTCPPlugin + " | WRITE | 4KiB | **",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, c := range res.Cells {
+		if c.Variant == VariantTCPPlugin && len(c.Results) != 2 {
+			t.Errorf("tcp plugin: %d results, want 2", len(c.Results))
+		}
 	}
 }
 

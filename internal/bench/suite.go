@@ -50,6 +50,8 @@ type SuiteOptions struct {
 	Command  string
 	Progress *Progress
 	Log      *zap.Logger
+
+	extra []variantSetup // tests add variants
 }
 
 // DefaultSuiteOptions are what make bench runs.
@@ -380,7 +382,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 		idx int
 		b   bencher
 	}
-	setups := o.variants(conns)
+	setups := append(o.variants(conns), o.extra...)
 	var live []running
 	defer func() {
 		for _, r := range live {
@@ -458,7 +460,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 		cell(&res.Latency, res.Variants[r.idx].Name, latW)
 	}
 
-	failed := map[int]bool{}
+	failed := map[int]string{} // variant -> where it failed
 	measure := func(round int, r running, w Workload) {
 		v := res.Variants[r.idx].Name
 		list := &res.Cells
@@ -466,7 +468,10 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 			list = &res.Latency
 		}
 		c := cell(list, v, w)
-		if failed[r.idx] {
+		if where, ok := failed[r.idx]; ok {
+			if len(c.Results) == 0 && len(c.Errors) == 0 {
+				c.Errors = append(c.Errors, "left out: the variant failed in "+where)
+			}
 			return
 		}
 		label := fmt.Sprintf("round %d/%d  %-15s %s: ", round+1, o.Rounds, v, w)
@@ -474,7 +479,8 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 		if err != nil {
 			c.Errors = append(c.Errors, fmt.Sprintf("round %d: %s", round+1, firstLine(err.Error())))
 			if ctx.Err() == nil {
-				failed[r.idx] = true // a broken variant stays out of later rounds
+				// A broken variant stays out of later measurements.
+				failed[r.idx] = fmt.Sprintf("round %d (%s)", round+1, w)
 				o.Log.Warn("benchmark variant failed; leaving it out", zap.String("variant", v), zap.Error(err))
 			}
 			return
