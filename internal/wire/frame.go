@@ -6,7 +6,8 @@
 //	0      4    magic   "KVCN" (0x4E43564B little-endian)
 //	4      1    version (1)
 //	5      1    op      (1 WRITE, 2 READ, 0x81 WRITE ack, 0x82 READ response)
-//	6      2    status  (0 OK; see Status)
+//	6      2    status in responses (0 OK; see Status); flags in requests
+//	            (FlagFlush)
 //	8      8    request id (echoed in the response)
 //	16     8    region id (0 = offset is an absolute address)
 //	24     8    offset within the region, or absolute address
@@ -89,6 +90,12 @@ func (s Status) String() string {
 	}
 	return fmt.Sprintf("status %d", uint16(s))
 }
+
+// FlagFlush, in a request's status field, asks the target to send every
+// response it holds once it has answered this request. The initiator sets
+// it on the last request of each burst, so a burst is answered with one
+// write instead of one per request.
+const FlagFlush Status = 0x0001
 
 // Header is a decoded frame header.
 type Header struct {

@@ -29,6 +29,7 @@ type conn struct {
 	head    int
 	sent    int
 	err     error // non-nil once broken
+	writing bool  // the sender is writing chunks it took from the queue
 	nextReq uint64
 
 	progress  atomic.Uint64 // responses received; read by the watchdog
@@ -68,7 +69,10 @@ func (c *conn) enqueue(ch *chunk) bool {
 	return true
 }
 
-// fail breaks the connection: every queued chunk fails with err.
+// fail breaks the connection: every queued chunk fails with err. It waits
+// for a write in progress to end first (closing the socket ends it), so no
+// chunk completes, and its region is released, while the sender still
+// reads its memory.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -76,11 +80,16 @@ func (c *conn) fail(err error) {
 		return
 	}
 	c.err = err
-	pending := c.queue[c.head:]
-	c.queue, c.head, c.sent = nil, 0, 0
 	c.mu.Unlock()
 	c.cond.Broadcast()
 	c.nc.Close()
+	c.mu.Lock()
+	for c.writing {
+		c.cond.Wait()
+	}
+	pending := c.queue[c.head:]
+	c.queue, c.head, c.sent = nil, 0, 0
+	c.mu.Unlock()
 	for _, ch := range pending {
 		ch.complete(err)
 	}
@@ -108,21 +117,34 @@ func (c *conn) sendLoop() {
 		}
 		batch = append(batch[:0], c.queue[c.sent:]...)
 		c.sent = len(c.queue)
+		c.writing = true
 		c.mu.Unlock()
-		for _, ch := range batch {
+		var werr error
+		for i, ch := range batch {
 			h = wire.Header{Op: ch.op, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
+			if i == len(batch)-1 {
+				h.Status = wire.FlagFlush // the target answers this burst in one write
+			}
 			var payload []byte
 			if ch.op == wire.OpWrite {
 				payload = ch.local
 			}
-			if err := fw.frame(&h, payload); err != nil {
-				c.fail(c.p.brokenErr("send", err))
-				return
+			if werr = fw.frame(&h, payload, nil); werr != nil {
+				break
 			}
 		}
+		if werr == nil {
+			werr = fw.flush()
+		} else {
+			fw.discard()
+		}
 		clear(batch)
-		if err := fw.flush(); err != nil {
-			c.fail(c.p.brokenErr("send", err))
+		c.mu.Lock()
+		c.writing = false
+		c.mu.Unlock()
+		c.cond.Broadcast()
+		if werr != nil {
+			c.fail(c.p.brokenErr("send", werr))
 			return
 		}
 	}

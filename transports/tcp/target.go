@@ -17,61 +17,6 @@ import (
 // region memory.
 const readBufferSize = 16 << 10
 
-// writeBufferSize batches headers and small payloads into one write.
-const writeBufferSize = 64 << 10
-
-// smallPayload is the largest payload copied into the write buffer; larger
-// payloads go to the socket straight from region memory with writev.
-const smallPayload = 16 << 10
-
-// frameWriter writes frames, coalescing headers and small payloads and
-// sending large payloads straight from their memory with writev.
-type frameWriter struct {
-	nc   net.Conn
-	buf  []byte
-	arr  [2][]byte
-	bufs net.Buffers
-}
-
-func newFrameWriter(nc net.Conn) *frameWriter {
-	return &frameWriter{nc: nc, buf: make([]byte, 0, writeBufferSize)}
-}
-
-// frame queues a header and its payload; large payloads are written
-// immediately together with everything queued before them.
-func (w *frameWriter) frame(h *wire.Header, payload []byte) error {
-	if len(w.buf)+wire.HeaderSize > cap(w.buf) {
-		if err := w.flush(); err != nil {
-			return err
-		}
-	}
-	n := len(w.buf)
-	w.buf = w.buf[:n+wire.HeaderSize]
-	h.Encode(w.buf[n:])
-	if len(payload) == 0 {
-		return nil
-	}
-	if len(payload) <= smallPayload && len(w.buf)+len(payload) <= cap(w.buf) {
-		w.buf = append(w.buf, payload...)
-		return nil
-	}
-	w.arr[0], w.arr[1] = w.buf, payload
-	w.bufs = w.arr[:]
-	_, err := w.bufs.WriteTo(w.nc)
-	w.arr[0], w.arr[1] = nil, nil
-	w.buf = w.buf[:0]
-	return err
-}
-
-func (w *frameWriter) flush() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	_, err := w.nc.Write(w.buf)
-	w.buf = w.buf[:0]
-	return err
-}
-
 // targetConn serves requests from one initiator connection.
 type targetConn struct {
 	t  *Transport
@@ -123,15 +68,10 @@ func (tc *targetConn) serve() {
 	}()
 	br := bufio.NewReaderSize(tc.nc, readBufferSize)
 	fw := newFrameWriter(tc.nc)
+	defer fw.discard()
 	var hb [wire.HeaderSize]byte
 	var h wire.Header
 	for {
-		if br.Buffered() == 0 {
-			// About to block on the socket: send the answers queued so far.
-			if err := fw.flush(); err != nil {
-				return
-			}
-		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			return // peer closed or connection broke
 		}
@@ -156,7 +96,7 @@ func (tc *targetConn) serve() {
 					return
 				}
 			}
-			if err := fw.frame(&resp, nil); err != nil {
+			if err := fw.frame(&resp, nil, nil); err != nil {
 				return
 			}
 		case wire.OpRead:
@@ -164,15 +104,18 @@ func (tc *targetConn) serve() {
 			e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
 			if err != nil {
 				resp.Status = statusFor(err)
-				if err := fw.frame(&resp, nil); err != nil {
-					return
-				}
-				continue
+				mem, e = nil, nil
+			} else {
+				resp.Length = h.Length
 			}
-			resp.Length = h.Length
-			err = fw.frame(&resp, mem)
-			e.Release()
-			if err != nil {
+			if err := fw.frame(&resp, mem, e); err != nil {
+				return
+			}
+		}
+		// The initiator marks the last request of each burst: answer the
+		// burst in one write.
+		if h.Status&wire.FlagFlush != 0 {
+			if err := fw.flush(); err != nil {
 				return
 			}
 		}
