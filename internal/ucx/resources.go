@@ -155,3 +155,16 @@ func ParseEndpointInfo(text string) []Lane {
 	}
 	return out
 }
+
+// ParseConfigKeys extracts the variable names from UCX's configuration
+// dump ("UCX_NAME=value" lines), without the UCX_ prefix.
+func ParseConfigKeys(text string) map[string]bool {
+	keys := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		name, _, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if name, found := strings.CutPrefix(name, "UCX_"); ok && found && name != "" {
+			keys[name] = true
+		}
+	}
+	return keys
+}

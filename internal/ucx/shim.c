@@ -10,12 +10,13 @@
 #include <string.h>
 
 #include <ucp/api/ucp.h>
+#include <ucs/config/parser.h>
 #include <uct/api/uct.h>
 
 /* Every UCX function the shim uses, resolved by kvc_load. */
 #define KVC_FUNCS(X)                                                          \
     X(ucp_get_version) X(ucp_config_read) X(ucp_config_release)              \
-    X(ucp_config_modify) X(ucp_init_version) X(ucp_cleanup)                  \
+    X(ucp_config_modify) X(ucp_config_print) X(ucp_init_version) X(ucp_cleanup) \
     X(ucp_context_print_info) X(ucp_worker_create) X(ucp_worker_destroy)     \
     X(ucp_worker_get_address) X(ucp_worker_release_address)                  \
     X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_worker_progress)           \
@@ -34,6 +35,9 @@ static struct {
     KVC_FUNCS(KVC_DECL)
 } api;
 static void *lib;
+/* Optional: the list of every UCX configuration table (for key names). */
+static __typeof__(ucs_config_parser_print_all_opts) *print_all_opts;
+static ucs_list_link_t *config_tables;
 
 typedef struct {
     kvc_worker *wk;
@@ -98,6 +102,8 @@ int kvc_load(const char *name, char *err, size_t errlen) {
     }
     KVC_FUNCS(KVC_RESOLVE)
 #undef KVC_RESOLVE
+    print_all_opts = (__typeof__(print_all_opts))dlsym(h, "ucs_config_parser_print_all_opts");
+    config_tables = (ucs_list_link_t *)dlsym(h, "ucs_config_global_list");
     lib = h;
     return 0;
 }
@@ -390,6 +396,32 @@ static void kvc_print_context(void *obj, FILE *f) {
 
 static void kvc_print_ep(void *obj, FILE *f) {
     api.ucp_ep_print_info((ucp_ep_h)obj, f);
+}
+
+static void kvc_print_config(void *obj, FILE *f) {
+    (void)obj;
+    print_all_opts(f, "UCX_", UCS_CONFIG_PRINT_CONFIG | UCS_CONFIG_PRINT_HIDDEN, config_tables);
+}
+
+char *kvc_config_dump(size_t *len) {
+    if (print_all_opts == NULL || config_tables == NULL) {
+        return NULL;
+    }
+    return kvc_capture(kvc_print_config, NULL, len);
+}
+
+static void kvc_print_ucp_config(void *obj, FILE *f) {
+    api.ucp_config_print((const ucp_config_t *)obj, f, NULL, UCS_CONFIG_PRINT_CONFIG | UCS_CONFIG_PRINT_HIDDEN);
+}
+
+char *kvc_ucp_config_dump(size_t *len) {
+    ucp_config_t *cfg;
+    if (api.ucp_config_read(NULL, NULL, &cfg) != UCS_OK) {
+        return NULL;
+    }
+    char *s = kvc_capture(kvc_print_ucp_config, cfg, len);
+    api.ucp_config_release(cfg);
+    return s;
 }
 
 char *kvc_context_info(kvc_worker *wk, size_t *len) {

@@ -94,6 +94,11 @@ int kvc_worker_efd(kvc_worker *wk, int *fd);
 int kvc_worker_arm(kvc_worker *wk);
 unsigned kvc_progress(kvc_worker *wk, unsigned max_rounds);
 char *kvc_context_info(kvc_worker *wk, size_t *len);
+/* Every UCX configuration variable as "UCX_NAME=value" lines (what
+ * `ucx_info -c` prints), or NULL when the library does not export it. */
+char *kvc_config_dump(size_t *len);
+/* The UCP-level variables only (ucp_config_print). */
+char *kvc_ucp_config_dump(size_t *len);
 char *kvc_ep_info(uintptr_t ep, size_t *len);
 
 uint32_t kvc_drain_completions(kvc_worker *wk, kvc_cmpl *out, uint32_t max);

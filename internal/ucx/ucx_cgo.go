@@ -97,6 +97,36 @@ func Available() ([]Resource, error) {
 	}
 }
 
+// ConfigKeys returns the names (without the UCX_ prefix) of the loaded
+// library's configuration variables: all of them, as `ucx_info -c` lists
+// them (transports included), and the UCP-level ones, which
+// ucp_config_modify applies under these names. Both are nil when the
+// library does not say.
+func ConfigKeys() (all, ucp map[string]bool) {
+	if Load() != nil {
+		return nil, nil
+	}
+	if _, err := Available(); err != nil { // loads the transport modules
+		return nil, nil
+	}
+	resourcesMu.Lock()
+	defer resourcesMu.Unlock()
+	dump := func(p *C.char, n C.size_t) map[string]bool {
+		if p == nil {
+			return nil
+		}
+		defer C.free(unsafe.Pointer(p))
+		return ParseConfigKeys(C.GoStringN(p, C.int(n)))
+	}
+	var n C.size_t
+	all = dump(C.kvc_config_dump(&n), n)
+	ucp = dump(C.kvc_ucp_config_dump(&n), n)
+	if all == nil || ucp == nil {
+		return nil, nil
+	}
+	return all, ucp
+}
+
 // Config is how a Worker's context is configured.
 type Config struct {
 	// TLS is the UCX_TLS value for this context ("tcp", "sm", "rc,ud"...);
@@ -118,6 +148,9 @@ type CreateError struct {
 	Step   string // "read config", "set TLS", "set NET_DEVICES", "init context", ...
 	Status Status
 	Text   string
+	// Config is set when UCX rejected a configuration value (the step is
+	// "set TLS", "set NET_DEVICES" or "set configuration").
+	Config bool
 }
 
 func (e *CreateError) Error() string {
@@ -233,7 +266,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	var step C.int
 	st := Status(C.kvc_worker_create(tls, nd, kv, C.int(len(cfg.Extra)), C.int(cfg.ThreadMode), C.uint32_t(cfg.Slots), &c, &step))
 	if st != OK {
-		return nil, &CreateError{Step: createSteps[step], Status: st, Text: statusText(st)}
+		cfgStep := step == C.KVC_STEP_CONFIG_TLS || step == C.KVC_STEP_CONFIG_NETDEV || step == C.KVC_STEP_CONFIG_EXTRA
+		return nil, &CreateError{Step: createSteps[step], Status: st, Text: statusText(st), Config: cfgStep}
 	}
 	w := &Worker{c: c, slots: cfg.Slots, efd: -1, wakefd: -1, epfd: -1}
 	var efd C.int
@@ -277,6 +311,21 @@ func (w *Worker) Destroy() {
 		unix.Close(w.wakefd)
 	}
 	C.kvc_worker_destroy(w.c)
+	w.c = nil
+}
+
+// Abandon gives up the worker without destroying it: for when UCX still
+// holds requests and ucp_worker_destroy would abort (UCX 1.13 asserts that
+// an endpoint's requests were released). The worker and context stay
+// allocated and are never progressed again; this package's own fds are
+// closed.
+func (w *Worker) Abandon() {
+	if w.closed {
+		return
+	}
+	w.closed = true
+	unix.Close(w.epfd)
+	unix.Close(w.wakefd)
 	w.c = nil
 }
 
@@ -438,7 +487,8 @@ func (w *Worker) CloseEP(slot uint32, ep EP, force bool) Status {
 }
 
 // SendMessage sends a control message (copied) to ep; like an Op it
-// completes now (OK), later on its slot (InProgress), or fails.
+// completes now (OK), later on its slot (InProgress), or fails. As for
+// Post, the slot must not be in flight already.
 func (w *Worker) SendMessage(slot uint32, ep EP, msg []byte) Status {
 	if len(msg) == 0 || len(msg) > MaxMessage {
 		return ErrInvalidParam

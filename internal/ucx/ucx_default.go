@@ -24,6 +24,9 @@ func statusText(Status) string { return "" }
 // Available fails: no UCX in this build.
 func Available() ([]Resource, error) { return nil, Load() }
 
+// ConfigKeys is nil without UCX.
+func ConfigKeys() (all, ucp map[string]bool) { return nil, nil }
+
 // Config is how a Worker's context is configured.
 type Config struct {
 	TLS        string
@@ -38,6 +41,7 @@ type CreateError struct {
 	Step   string
 	Status Status
 	Text   string
+	Config bool
 }
 
 func (e *CreateError) Error() string {
@@ -106,6 +110,7 @@ var errNoUCX = fmt.Errorf("ucx: built without UCX support: %w", plugins.ErrUnava
 
 func (w *Worker) Slots() int                                { return 0 }
 func (w *Worker) Destroy()                                  {}
+func (w *Worker) Abandon()                                  {}
 func (w *Worker) Address() ([]byte, error)                  { return nil, errNoUCX }
 func (w *Worker) Resources() []Resource                     { return nil }
 func (w *Worker) Lanes(EP) []Lane                           { return nil }

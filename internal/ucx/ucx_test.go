@@ -179,3 +179,19 @@ func TestCreateErrors(t *testing.T) {
 }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafePointer(b)) }
+
+func TestConfigKeys(t *testing.T) {
+	needUCX(t)
+	all, ucp := ConfigKeys()
+	for _, k := range []string{"TLS", "NET_DEVICES", "TCP_TX_SEG_SIZE", "POSIX_SEG_SIZE", "SYSV_SEG_SIZE", "CMA_SEG_SIZE", "RNDV_THRESH"} {
+		if !all[k] {
+			t.Errorf("UCX configuration keys lack %s (%d keys)", k, len(all))
+		}
+	}
+	if !ucp["RNDV_THRESH"] || !ucp["TLS"] || ucp["TCP_TX_SEG_SIZE"] || len(ucp) >= len(all) {
+		t.Errorf("UCP keys (%d) should be the UCP table only", len(ucp))
+	}
+	if all["BOGUS"] || all["UCX_TLS"] {
+		t.Error("keys are names without the UCX_ prefix")
+	}
+}

@@ -876,16 +876,16 @@ func (l *loop) maybeRelease(p *peer) {
 	// Otherwise the endpoint is closing: its close destroys the rkeys.
 }
 
-// timeoutPeer fails the ops of a peer that made no progress for
-// op_timeout. With peer error handling its endpoint is closed forcibly,
-// which completes UCX's requests; otherwise the ops are reported failed
-// and their slots (and local regions) stay held until UCX lets go.
-func (l *loop) timeoutPeer(p *peer) {
-	err := fmt.Errorf("%s: peer %s made no progress for %v: %w", l.name, p.name, time.Duration(l.opts.OpTimeout), plugins.ErrTimeout)
+// failPeer fails the ops in flight to a peer that made no progress for
+// op_timeout or whose process exited. With peer error handling its
+// endpoint is closed forcibly, which completes UCX's requests; otherwise
+// the ops are reported failed and their slots (and local regions) stay
+// held until UCX lets go.
+func (l *loop) failPeer(p *peer, err error) {
 	if p.err == nil {
 		p.err = err
 	}
-	l.log.Warn(l.name+": peer timed out", zap.String("peer", p.name), zap.Int("inflight", p.inflight))
+	l.log.Warn(l.name+": failing a peer's ops in flight", zap.String("peer", p.name), zap.Int("inflight", p.inflight), zap.Error(err))
 	if p.conn.peerErrors {
 		l.connFailed(p.conn, err)
 	}
@@ -931,14 +931,16 @@ func (l *loop) dropClient(cl *client) {
 	}
 }
 
-// clientGone reports whether a same-host client's process has exited: the
-// way to notice a dead client on lanes without peer error handling.
+// clientGone reports whether a client can no longer reach this node.
 func (l *loop) clientGone(cl *client) bool {
-	c := cl.conn
-	if c.err != nil {
-		return true
-	}
-	if !c.sameHost || c.pid == 0 || int(c.pid) == os.Getpid() || c.peerErrors {
+	return cl.conn.err != nil || processGone(cl.conn)
+}
+
+// processGone reports whether the process at the other end of a
+// same-host connection without peer error handling has exited: the way to
+// notice a dead peer on UCX's shared-memory lanes.
+func processGone(c *conn) bool {
+	if c.peerErrors || !c.sameHost || c.pid == 0 || int(c.pid) == os.Getpid() {
 		return false
 	}
 	return errors.Is(unix.Kill(int(c.pid), 0), unix.ESRCH)
@@ -1102,8 +1104,11 @@ func (l *loop) abandonRevoke(rv *revocation, lm *localMem) {
 // not acknowledged, clients whose process is gone.
 func (l *loop) tick(now time.Time) {
 	for p := range l.busy {
-		if now.Sub(p.lastProgress) > time.Duration(l.opts.OpTimeout) {
-			l.timeoutPeer(p)
+		switch {
+		case processGone(p.conn):
+			l.failPeer(p, fmt.Errorf("%s: peer %s: its process (pid %d) exited: %w", l.name, p.name, p.conn.pid, plugins.ErrPeerUnreachable))
+		case now.Sub(p.lastProgress) > time.Duration(l.opts.OpTimeout):
+			l.failPeer(p, fmt.Errorf("%s: peer %s made no progress for %v: %w", l.name, p.name, time.Duration(l.opts.OpTimeout), plugins.ErrTimeout))
 		}
 	}
 	for _, rv := range l.revokes {
@@ -1159,18 +1164,25 @@ func (l *loop) advanceClose() {
 		}
 		l.closePhase = closeConns
 	}
-	if l.closePhase == closeConns && (len(l.byEP) == 0 || late) {
-		if len(l.byEP) > 0 {
-			l.log.Warn(l.name+": endpoints still closing at the deadline", zap.Int("endpoints", len(l.byEP)))
+	if l.closePhase != closeConns {
+		return
+	}
+	closing := 0
+	for _, c := range l.byEP {
+		if !processGone(c) { // a dead process's endpoint never finishes closing
+			closing++
+		}
+	}
+	if closing == 0 || late {
+		if closing > 0 {
+			l.log.Warn(l.name+": endpoints still closing at the deadline", zap.Int("endpoints", closing))
 		}
 		l.exit = true
 	}
 }
 
-// finish releases everything once the loop stopped: UCX first (so it lets
-// go of memory), then what was still waiting on it.
-func (l *loop) finish() {
-	l.markStopped() // before the wake fd closes; queued commands run below
+// destroyUCX releases the rkeys, memory registrations, worker and context.
+func (l *loop) destroyUCX() {
 	for _, c := range l.byEP {
 		for p := range c.peers {
 			l.destroyRkeys(p)
@@ -1183,7 +1195,24 @@ func (l *loop) finish() {
 		l.w.MemUnmap(lm.memh)
 	}
 	l.w.Destroy()
-	// UCX has let go of all memory: fail what was in flight or queued.
+}
+
+// finish releases everything once the loop stopped: UCX first (so it lets
+// go of memory), then what was still waiting on it.
+func (l *loop) finish() {
+	l.markStopped() // before the wake fd closes; queued commands run below
+	if n := len(l.slots) - len(l.free); n > 0 {
+		// UCX 1.13 asserts (and aborts the process) in ucp_worker_destroy
+		// when an endpoint still has requests, which happens when a peer
+		// without error handling died with ops in flight. Leak the worker
+		// instead: it is never progressed again, so UCX touches no memory.
+		l.log.Error(l.name+": UCX still holds requests at close (a peer died or did not answer); leaving the UCX worker allocated",
+			zap.Int("requests", n))
+		l.w.Abandon()
+	} else {
+		l.destroyUCX()
+	}
+	// UCX lets go of all memory now: fail what was in flight or queued.
 	for s := range l.slots {
 		sl := &l.slots[s]
 		if sl.kind == slotOp {

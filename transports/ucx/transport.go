@@ -152,6 +152,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if err := plugins.DecodeOptions(name, req.Options, &opts); err != nil {
 		return plugins.InitResult{}, t.initError(plugins.StepConfigure, err.Error(), err)
 	}
+	opts.normalize()
 	if err := opts.validate(name); err != nil {
 		return plugins.InitResult{}, t.initError(plugins.StepConfigure, err.Error(), err)
 	}
@@ -175,6 +176,12 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		}
 		return plugins.InitResult{}, ie
 	}
+	if len(opts.UCXConfig) > 0 {
+		all, ucp := ucxlib.ConfigKeys()
+		if err := opts.checkUCXConfig(name, all, ucp); err != nil {
+			return plugins.InitResult{}, t.initError(plugins.StepConfigure, err.Error(), err)
+		}
+	}
 	tls := opts.TLS
 	if tls == "" {
 		tls = t.v.DefaultTLS
@@ -184,7 +191,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		netdev = NetDevicesFromDeviceName(req.DeviceName)
 	}
 	mode, _ := ucxlib.ParseThreadMode(opts.ThreadMode)
-	cfg := ucxlib.Config{TLS: tls, NetDevices: netdev, ThreadMode: mode, Slots: opts.MaxInflight + ctlSlots}
+	cfg := ucxlib.Config{TLS: tls, NetDevices: netdev, Extra: opts.ucxConfig(tls), ThreadMode: mode, Slots: opts.MaxInflight + ctlSlots}
 	lp, err := startLoop(t.v.Name, opts, t.log, cfg)
 	if err != nil {
 		return plugins.InitResult{}, t.workerError(err, tls, netdev)
@@ -240,6 +247,12 @@ func (t *Transport) workerError(err error, tls, netdev string) error {
 	var ce *ucxlib.CreateError
 	if !errors.As(err, &ce) {
 		return t.initError(plugins.StepOpenDevice, err.Error(), fmt.Errorf("%w: %w", plugins.ErrUnavailable, err))
+	}
+	if ce.Config {
+		ie := t.initError(plugins.StepConfigure, fmt.Sprintf("UCX rejected the configuration (%s): %s; check transports.%s.tls, net_devices and ucx_config",
+			ce.Step, ce.Text, t.v.Name), fmt.Errorf("%w: %w", plugins.ErrInvalidArgument, err))
+		ie.NativeCode, ie.NativeName = int64(ce.Status), ce.Status.Name()
+		return ie
 	}
 	ie := t.initError(plugins.StepOpenDevice, "", fmt.Errorf("%w: %w", plugins.ErrUnavailable, err))
 	ie.NativeCode, ie.NativeName = int64(ce.Status), ce.Status.Name()
