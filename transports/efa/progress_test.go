@@ -3,6 +3,8 @@ package efa_test
 import (
 	"context"
 	"errors"
+	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -156,4 +158,45 @@ func TestBadRegionKeysRejected(t *testing.T) {
 		}
 	}
 	_ = dst
+}
+
+// Opening and closing transports (with regions, peers and transfers)
+// leaves no file descriptors, threads or goroutines behind.
+func TestNoLeaks(t *testing.T) {
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(ents)
+	}
+	cycle := func(opts string) {
+		t.Run("cycle", func(t *testing.T) {
+			h := harness(opts)
+			a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+			src := a.Alloc(t, 1<<20, 0)
+			dst := b.Alloc(t, 1<<20, 0)
+			peer := a.Connect(t, b)
+			a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 1 << 20}})
+			if err := a.T.Disconnect(context.Background(), peer); err != nil {
+				t.Fatal(err)
+			}
+			b.Free(t, dst)
+		})
+	}
+	for _, p := range softProviders {
+		cycle(p.opts) // libfabric's one-time setup
+		time.Sleep(100 * time.Millisecond)
+		fd0, g0 := fds(), runtime.NumGoroutine()
+		for i := 0; i < 10; i++ {
+			cycle(p.opts)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) && (fds() > fd0 || runtime.NumGoroutine() > g0) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if fd1, g1 := fds(), runtime.NumGoroutine(); fd1 > fd0 || g1 > g0 {
+			t.Errorf("%s: after 10 open/transfer/close cycles: %d -> %d fds, %d -> %d goroutines", p.name, fd0, fd1, g0, g1)
+		}
+	}
 }

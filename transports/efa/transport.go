@@ -169,6 +169,11 @@ func (t *Transport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byt
 	if r.ID == 0 || len(r.Mem) == 0 {
 		return nil, fmt.Errorf("efa: register region %d of %d bytes: id must be non-zero and memory non-empty: %w", r.ID, len(r.Mem), plugins.ErrInvalidArgument)
 	}
+	if r.File == nil {
+		// The provider keeps the memory's address: it must be a shared
+		// mapping, never memory the Go garbage collector owns.
+		return nil, fmt.Errorf("efa: register region %d: only shared-memory regions (Region.File set) can be registered: %w", r.ID, plugins.ErrInvalidArgument)
+	}
 	key, err := f.registerMR(ctx, uint64(r.ID), r.Mem)
 	if err != nil {
 		return nil, err
