@@ -18,7 +18,7 @@ import (
 
 // BenchmarkWrite64x1MiB moves the same batch (64 WRITEs of 1 MiB between
 // two nodes on this host) through ucx over shared-memory lanes, ucx over
-// UCX's tcp lanes, and the tcp transport, each in-process and as plugin
+// UCX's tcp lanes, ucx with UCX's default lane list, and the tcp transport, each in-process and as plugin
 // processes, so the same-host fast path can be compared with tcp:
 //
 //	go test -run '^$' -bench Write64x1MiB -count 5 ./transports/ucx/
@@ -30,7 +30,7 @@ func BenchmarkWrite64x1MiB(b *testing.B) {
 		newT         func() plugins.Transport
 	}{
 		{"ucx-sm", "ucx", map[string]any{"tls": "sm"}, func() plugins.Transport { return ucx.New() }},
-		{"ucx-sm+tcp", "ucx", map[string]any{"tls": "sm,tcp"}, func() plugins.Transport { return ucx.New() }},
+		{"ucx-default", "ucx", nil, func() plugins.Transport { return ucx.New() }}, // UCX picks: shared memory on one host
 		{"ucx-tcp", "ucx", map[string]any{"tls": "tcp"}, func() plugins.Transport { return ucx.New() }},
 		{"tcp", "tcp", nil, func() plugins.Transport { return tcp.New() }},
 	}

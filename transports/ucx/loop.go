@@ -51,8 +51,8 @@ type conn struct {
 	peerErrors bool
 	state      epState
 	err        error // set when the endpoint failed
-	pid        uint32
-	sameHost   bool
+	where      place // the remote process
+	local      bool  // same host and pid namespace as this process
 	peers      map[*peer]struct{}
 	clients    map[*client]struct{}
 }
@@ -70,13 +70,12 @@ func (c *conn) usable() error {
 
 // peer is a node this transport connected to (as a client of its memory).
 type peer struct {
-	id       plugins.PeerID // set by Connect under Transport.mu
-	name     string
-	client   uint64 // this node's client id at the peer
-	remote   *remoteTable
-	pid      uint32
-	sameHost bool
-	welcome  chan error // Connect waits on it; buffered
+	id      plugins.PeerID // set by Connect under Transport.mu
+	name    string
+	client  uint64 // this node's client id at the peer
+	remote  *remoteTable
+	where   place
+	welcome chan error // Connect waits on it; buffered
 
 	// Progress-loop state.
 	conn         *conn
@@ -184,7 +183,8 @@ type loop struct {
 	address          []byte
 	resources        []ucxlib.Resource
 	sharedMemoryOnly bool
-	bootID           [16]byte
+	sharedMemory     bool  // some resource is shared memory
+	here             place // this process
 	closedErr        error
 
 	cmdMu   sync.Mutex
@@ -227,7 +227,7 @@ func startLoop(name string, opts Options, log *zap.Logger, cfg ucxlib.Config) (*
 		conns:     map[string]*conn{}, byEP: map[ucxlib.EP]*conn{},
 		peers: map[uint64]*peer{}, clients: map[uint64]*client{}, mems: map[plugins.RegionID]*localMem{},
 		revokes: map[uint64]*revocation{}, busy: map[*peer]struct{}{}, batches: map[*batch]struct{}{},
-		bootID: readBootID()}
+		here: thisPlace()}
 	ready := make(chan error, 1)
 	go l.run(cfg, ready)
 	if err := <-ready; err != nil {
@@ -259,6 +259,7 @@ func (l *loop) run(cfg ucxlib.Config, ready chan<- error) {
 	l.sharedMemoryOnly = len(l.resources) > 0
 	for _, r := range l.resources {
 		l.sharedMemoryOnly = l.sharedMemoryOnly && r.IsSharedMemory()
+		l.sharedMemory = l.sharedMemory || r.IsSharedMemory() && r.Transport != "self"
 	}
 	l.slots = make([]slot, w.Slots())
 	for i := len(l.slots) - 1; i >= 0; i-- {
@@ -710,13 +711,17 @@ func (l *loop) drain() bool {
 // --- connections ---------------------------------------------------------------
 
 // connTo returns the open connection to a remote worker, creating it with
-// the configured error handling. In auto mode shared-memory-only contexts
-// use none (UCX 1.13's posix and sysv AM lanes have no peer failure
-// handler); others try peer first.
-func (l *loop) connTo(addr []byte, pid uint32, same bool) (*conn, error) {
+// the configured error handling. In auto mode a process on this host that
+// shares the pid namespace gets none when the context has shared-memory
+// lanes: UCX 1.13's posix and sysv lanes have no peer failure handler, so
+// asking for one makes UCX carry the (active-message emulated) RMA over
+// tcp instead, several times slower; such a peer's death is noticed by its
+// pid instead. Other peers try peer error handling first.
+func (l *loop) connTo(addr []byte, where place) (*conn, error) {
 	if c := l.conns[string(addr)]; c != nil && c.usable() == nil {
 		return c, nil
 	}
+	local := l.here.samePIDs(where)
 	var ep ucxlib.EP
 	var err error
 	peerErrors := false
@@ -724,7 +729,7 @@ func (l *loop) connTo(addr []byte, pid uint32, same bool) (*conn, error) {
 	case l.opts.ErrorMode == "peer":
 		peerErrors = true
 		ep, err = l.w.Connect(addr, true)
-	case l.opts.ErrorMode == "none" || l.sharedMemoryOnly:
+	case l.opts.ErrorMode == "none" || l.sharedMemoryOnly || local && l.sharedMemory:
 		ep, err = l.w.Connect(addr, false)
 	default:
 		if ep, err = l.w.Connect(addr, true); err == nil {
@@ -736,7 +741,7 @@ func (l *loop) connTo(addr []byte, pid uint32, same bool) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{key: string(addr), ep: ep, peerErrors: peerErrors, state: epOpen, pid: pid, sameHost: same,
+	c := &conn{key: string(addr), ep: ep, peerErrors: peerErrors, state: epOpen, where: where, local: local,
 		peers: map[*peer]struct{}{}, clients: map[*client]struct{}{}}
 	l.conns[c.key] = c
 	l.byEP[ep] = c
@@ -801,7 +806,7 @@ func (l *loop) destroyRkeys(p *peer) {
 // --- peers (this node as a client) ---------------------------------------------
 
 func (l *loop) openPeer(p *peer, worker []byte) error {
-	c, err := l.connTo(worker, p.pid, p.sameHost)
+	c, err := l.connTo(worker, p.where)
 	if err != nil {
 		return fmt.Errorf("%s: connecting to %s: %w", l.name, p.name, err)
 	}
@@ -818,7 +823,7 @@ func (l *loop) openPeer(p *peer, worker []byte) error {
 		rr.rkey = rk
 	}
 	p.live = map[liveRegion]bool{}
-	l.send(c, message{typ: msgHello, client: p.client, pid: uint32(os.Getpid()), bootID: l.bootID, worker: l.address}, func(st ucxlib.Status) {
+	l.send(c, message{typ: msgHello, client: p.client, where: l.here, worker: l.address}, func(st ucxlib.Status) {
 		if st != ucxlib.OK {
 			l.connectFailed(p, fmt.Errorf("%s: hello to %s: %w", l.name, p.name, st.Error("ucp_am_send_nbx")))
 		}
@@ -937,13 +942,14 @@ func (l *loop) clientGone(cl *client) bool {
 }
 
 // processGone reports whether the process at the other end of a
-// same-host connection without peer error handling has exited: the way to
-// notice a dead peer on UCX's shared-memory lanes.
+// connection without peer error handling, on this host and in this pid
+// namespace, has exited: the way to notice a dead peer on UCX's
+// shared-memory lanes.
 func processGone(c *conn) bool {
-	if c.peerErrors || !c.sameHost || c.pid == 0 || int(c.pid) == os.Getpid() {
+	if c.peerErrors || !c.local || c.where.pid == 0 || int(c.where.pid) == os.Getpid() {
 		return false
 	}
-	return errors.Is(unix.Kill(int(c.pid), 0), unix.ESRCH)
+	return errors.Is(unix.Kill(int(c.where.pid), 0), unix.ESRCH)
 }
 
 func (l *loop) handleMessage(b []byte) {
@@ -997,13 +1003,10 @@ func (l *loop) onHello(m message) {
 	if old := l.clients[m.client]; old != nil {
 		l.dropClient(old)
 	}
-	c, err := l.connTo(m.worker, m.pid, sameHost(l.bootID, m.bootID))
+	c, err := l.connTo(m.worker, m.where)
 	if err != nil {
 		l.log.Warn(l.name+": cannot reach a peer that connected", zap.Error(err))
 		return
-	}
-	if c.pid == 0 {
-		c.pid, c.sameHost = m.pid, sameHost(l.bootID, m.bootID)
 	}
 	cl := &client{id: m.client, conn: c}
 	l.clients[cl.id] = cl
@@ -1106,7 +1109,7 @@ func (l *loop) tick(now time.Time) {
 	for p := range l.busy {
 		switch {
 		case processGone(p.conn):
-			l.failPeer(p, fmt.Errorf("%s: peer %s: its process (pid %d) exited: %w", l.name, p.name, p.conn.pid, plugins.ErrPeerUnreachable))
+			l.failPeer(p, fmt.Errorf("%s: peer %s: its process (pid %d) exited: %w", l.name, p.name, p.conn.where.pid, plugins.ErrPeerUnreachable))
 		case now.Sub(p.lastProgress) > time.Duration(l.opts.OpTimeout):
 			l.failPeer(p, fmt.Errorf("%s: peer %s made no progress for %v: %w", l.name, p.name, time.Duration(l.opts.OpTimeout), plugins.ErrTimeout))
 		}

@@ -5,7 +5,6 @@ package ucx
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -103,7 +102,7 @@ func TestRevokeProtocol(t *testing.T) {
 
 	c := newRawClient(t, res.Endpoint)
 	addr, _ := c.w.Address()
-	c.send(message{typ: msgHello, client: 42, pid: uint32(os.Getpid()), worker: addr})
+	c.send(message{typ: msgHello, client: 42, where: thisPlace(), worker: addr})
 	m, ok := c.next(5 * time.Second)
 	if !ok || m.typ != msgWelcome || m.client != 42 || len(m.regions) != 2 ||
 		m.regions[0] != (liveRegion{1, tok1}) || m.regions[1] != (liveRegion{2, tok2}) {

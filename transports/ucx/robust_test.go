@@ -22,7 +22,7 @@ import (
 // asserts when a worker with stuck requests is destroyed).
 func TestPeerKilledMidBatch(t *testing.T) {
 	bin := pluginBinary(t)
-	for _, tls := range []string{"tcp", "sm"} {
+	for _, tls := range []string{"tcp", "sm", "sm,tcp"} {
 		t.Run(tls, func(t *testing.T) {
 			// op_timeout far above the bound checked below: the failure must
 			// come from detecting the death, not from the timeout.

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,6 +73,23 @@ type Variant struct {
 	// Require, if set, checks the resources the UCX context selected;
 	// an error fails Init at StepProbeDevices (wrap ErrUnavailable).
 	Require func(selected []ucxlib.Resource) error
+}
+
+// RDMALanes is the lane list of an RDMA-only variant: UCX's rc and ud
+// aliases cover both verbs and mlx5 (add dc in the tls option for DC on
+// mlx5).
+const RDMALanes = "rc,ud"
+
+// RequireRDMA is a Variant.Require for an RDMA-only variant (the rdma
+// transport): it fails, wrapping ErrUnavailable, unless UCX selected at
+// least one RDMA lane (rc, ud or dc, over verbs or mlx5).
+func RequireRDMA(selected []ucxlib.Resource) error {
+	for _, r := range selected {
+		if r.IsRDMA() {
+			return nil
+		}
+	}
+	return fmt.Errorf("UCX selected no RDMA lane (%s): %w", resourceList(selected), plugins.ErrUnavailable)
 }
 
 // Transport is the UCX transport. The zero value is not usable; call New.
@@ -219,7 +237,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if lp.sharedMemoryOnly {
 		t.caps |= plugins.CapSameHostOnly
 	}
-	ep := endpoint{sharedMemoryOnly: lp.sharedMemoryOnly, pid: uint32(os.Getpid()), bootID: lp.bootID, worker: lp.address}
+	ep := endpoint{sharedMemoryOnly: lp.sharedMemoryOnly, where: lp.here, worker: lp.address}
 	show := func(s string) string {
 		if s == "" {
 			return "default"
@@ -405,12 +423,11 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	if err != nil {
 		return 0, fmt.Errorf("%s: peer %q: %w", name, info.Name, err)
 	}
-	if l.sharedMemoryOnly && !sameHost(l.bootID, ep.bootID) {
+	if l.sharedMemoryOnly && !l.here.sameHost(ep.where) {
 		return 0, fmt.Errorf("%s: peer %q is on another host and this node's lanes (%s) are shared memory only: %w",
 			name, info.Name, resourceList(l.resources), plugins.ErrPeerUnreachable)
 	}
-	p := &peer{name: info.Name, client: randomToken(), remote: rt, pid: ep.pid,
-		sameHost: sameHost(l.bootID, ep.bootID), welcome: make(chan error, 1)}
+	p := &peer{name: info.Name, client: randomToken(), remote: rt, where: ep.where, welcome: make(chan error, 1)}
 	if err := l.call(func() error { return l.openPeer(p, ep.worker) }); err != nil {
 		return 0, err
 	}
@@ -438,8 +455,6 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	t.peers[p.id] = p
 	return p.id, nil
 }
-
-func sameHost(a, b [16]byte) bool { return a == b && a != [16]byte{} }
 
 // Disconnect closes a peer: ops in flight to it fail with ErrClosed (or
 // complete, on lanes that flush them on close).
@@ -631,18 +646,20 @@ func (rt *remoteTable) resolve(id plugins.RegionID, off, n uint64) (*remoteRegio
 	return rr, off, nil
 }
 
-// readBootID returns the kernel's boot id: two processes with the same one
-// run on the same host (and kernel).
-func readBootID() [16]byte {
-	var id [16]byte
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return id
+// thisPlace describes this process: its pid, the kernel's boot id and its
+// pid namespace (zero values where /proc does not say).
+func thisPlace() place {
+	p := place{pid: uint32(os.Getpid())}
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
+		if err == nil && len(h) == 16 {
+			copy(p.boot[:], h)
+		}
 	}
-	h, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
-	if err != nil || len(h) != 16 {
-		return id
+	if ns, err := os.Readlink("/proc/self/ns/pid"); err == nil { // "pid:[4026531836]"
+		if s, ok := strings.CutPrefix(ns, "pid:["); ok {
+			p.pidNS, _ = strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64)
+		}
 	}
-	copy(id[:], h)
-	return id
+	return p
 }

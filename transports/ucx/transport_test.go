@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -149,19 +148,16 @@ func TestDeviceNameSelectsDevice(t *testing.T) {
 }
 
 // The rdma transport is this transport with RDMA lanes and a check that
-// UCX selected one: on a host without RDMA that check is the diagnosis.
+// UCX selected one: on a host without RDMA either UCX finds no device for
+// the RDMA lanes, or (lanes widened to tcp) the check is the diagnosis.
 func TestVariantRequire(t *testing.T) {
-	v := ucx.NewVariant(ucx.Variant{Name: "rdmalike", DefaultTLS: "tcp", Require: func(sel []ucxlib.Resource) error {
-		for _, r := range sel {
-			if r.IsRDMA() {
-				return nil
-			}
-		}
-		return fmt.Errorf("no RDMA lane: %w", plugins.ErrUnavailable)
-	}})
-	ie := initErr(t, v, plugins.InitRequest{})
-	if ie.Transport != "rdmalike" || ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) || !strings.Contains(ie.Cause, "tcp/") {
-		t.Fatalf("got %+v", ie)
+	ie := initErr(t, ucx.NewVariant(ucx.Variant{Name: "rdmalike", DefaultTLS: ucx.RDMALanes, Require: ucx.RequireRDMA}), plugins.InitRequest{})
+	if ie.Transport != "rdmalike" || ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) || ie.NativeName != "UCS_ERR_NO_DEVICE" {
+		t.Fatalf("RDMA lanes on a host without RDMA: %+v", ie)
+	}
+	ie = initErr(t, ucx.NewVariant(ucx.Variant{Name: "rdmalike", DefaultTLS: "tcp", Require: ucx.RequireRDMA}), plugins.InitRequest{})
+	if ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) || !strings.Contains(ie.Cause, "no RDMA lane") || !strings.Contains(ie.Cause, "tcp/") {
+		t.Fatalf("tcp lanes with the RDMA check: %+v", ie)
 	}
 	// Without a Require, DefaultTLS applies when the option is empty.
 	tr := ucx.NewVariant(ucx.Variant{Name: "tcponly", DefaultTLS: "tcp"})
@@ -324,5 +320,46 @@ func TestDisconnectAndReconnect(t *testing.T) {
 	b.Free(t, dst)
 	if res, _ := a.Transfer(t, p2, op); !errors.Is(res[0].Err, plugins.ErrUnknownRegion) {
 		t.Fatalf("after the peer deregistered: %v", res[0].Err)
+	}
+}
+
+// A peer in this host's pid namespace is reached over shared memory even
+// when tcp lanes are allowed too: UCX 1.13 carries RMA over the lane that
+// carries active messages, and with peer error handling that would be tcp.
+// Forcing error_mode peer shows the difference.
+func TestSameHostPrefersSharedMemory(t *testing.T) {
+	for _, c := range []struct {
+		opts   string
+		wantAM string
+	}{
+		{`{"tls":"sm,tcp"}`, "shm"},
+		{`{}`, "shm"}, // UCX's default: every transport
+		{`{"tls":"sm,tcp","error_mode":"peer"}`, "tcp"},
+	} {
+		h := transporttest.Harness{New: func(t *testing.T) plugins.Transport { return ucx.New() }, Options: []byte(c.opts)}
+		a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+		src, dst := a.Alloc(t, 4096, 0), b.Alloc(t, 4096, 0)
+		peer := a.Connect(t, b)
+		a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 4096}})
+		lanes, err := a.T.(*ucx.Transport).Lanes(peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		am := ""
+		for _, l := range lanes {
+			for _, u := range l.Uses {
+				if u == "am" {
+					am = l.Transport
+				}
+			}
+		}
+		got := am
+		if am == "posix" || am == "sysv" {
+			got = "shm"
+		}
+		t.Logf("%s: lanes %v", c.opts, lanes)
+		if got != c.wantAM {
+			t.Errorf("%s: active messages (and so RMA) over %q, want %s", c.opts, am, c.wantAM)
+		}
 	}
 }

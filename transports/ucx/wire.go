@@ -10,21 +10,54 @@ import (
 // The byte formats this transport publishes and exchanges. All integers
 // are little-endian; every decoder checks lengths before reading.
 
+// place is where a process runs: its pid, the host's kernel boot id and
+// the pid namespace. Two processes are on the same host when their boot
+// ids are equal, and see each other's pids when their pid namespaces are
+// equal too (then a pid's liveness means something, and cma can work).
+type place struct {
+	pid   uint32
+	boot  [16]byte
+	pidNS uint64
+}
+
+const placeLen = 28
+
+func (p place) append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, p.pid)
+	b = append(b, p.boot[:]...)
+	return binary.LittleEndian.AppendUint64(b, p.pidNS)
+}
+
+func decodePlace(b []byte) place {
+	var p place
+	p.pid = binary.LittleEndian.Uint32(b)
+	copy(p.boot[:], b[4:20])
+	p.pidNS = binary.LittleEndian.Uint64(b[20:])
+	return p
+}
+
+// sameHost reports whether p and q run on one host (kernel boot).
+func (p place) sameHost(q place) bool { return p.boot == q.boot && p.boot != [16]byte{} }
+
+// samePIDs reports whether p and q run on one host in one pid namespace.
+func (p place) samePIDs(q place) bool { return p.sameHost(q) && p.pidNS == q.pidNS && p.pidNS != 0 }
+
 // endpoint is what InitResult.Endpoint carries: who the node is and its
 // packed UCP worker address.
 type endpoint struct {
-	sharedMemoryOnly bool     // the node's lanes reach only its own host
-	pid              uint32   // the node's process (the plugin's, for a plugin)
-	bootID           [16]byte // the host's kernel boot id: same host iff equal
-	worker           []byte   // ucp_worker_get_address
+	sharedMemoryOnly bool   // the node's lanes reach only its own host
+	where            place  // the node's process (the plugin's, for a plugin)
+	worker           []byte // ucp_worker_get_address
 }
+
+const endpointHeader = 6 + placeLen
 
 var endpointMagic = [4]byte{'K', 'V', 'U', 'X'}
 
 const endpointVersion = 1
 
 func (e endpoint) encode() []byte {
-	b := make([]byte, 0, 26+len(e.worker))
+	b := make([]byte, 0, endpointHeader+len(e.worker))
 	b = append(b, endpointMagic[:]...)
 	b = append(b, endpointVersion)
 	var flags byte
@@ -32,26 +65,24 @@ func (e endpoint) encode() []byte {
 		flags |= 1
 	}
 	b = append(b, flags)
-	b = binary.LittleEndian.AppendUint32(b, e.pid)
-	b = append(b, e.bootID[:]...)
+	b = e.where.append(b)
 	return append(b, e.worker...)
 }
 
 func decodeEndpoint(b []byte) (endpoint, error) {
 	var e endpoint
-	if len(b) < 26 || [4]byte(b[:4]) != endpointMagic {
+	if len(b) < endpointHeader || [4]byte(b[:4]) != endpointMagic {
 		return e, fmt.Errorf("ucx: endpoint is not a ucx endpoint (%d bytes): %w", len(b), plugins.ErrInvalidArgument)
 	}
 	if b[4] != endpointVersion {
 		return e, fmt.Errorf("ucx: endpoint version %d, this build speaks %d: %w", b[4], endpointVersion, plugins.ErrProtocol)
 	}
-	if len(b) == 26 {
+	if len(b) == endpointHeader {
 		return e, fmt.Errorf("ucx: endpoint has no worker address: %w", plugins.ErrInvalidArgument)
 	}
 	e.sharedMemoryOnly = b[5]&1 != 0
-	e.pid = binary.LittleEndian.Uint32(b[6:])
-	copy(e.bootID[:], b[10:26])
-	e.worker = b[26:]
+	e.where = decodePlace(b[6:])
+	e.worker = b[endpointHeader:]
 	return e, nil
 }
 
@@ -158,8 +189,7 @@ type message struct {
 	seq     uint64       // revoke, ack
 	reason  uint8        // revoke
 	more    bool         // welcome: further parts follow
-	pid     uint32       // hello
-	bootID  [16]byte     // hello
+	where   place        // hello
 	worker  []byte       // hello
 	regions []liveRegion // welcome, revoke
 }
@@ -173,8 +203,7 @@ func (m message) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, m.client)
 	switch m.typ {
 	case msgHello:
-		b = binary.LittleEndian.AppendUint32(b, m.pid)
-		b = append(b, m.bootID[:]...)
+		b = m.where.append(b)
 		b = append(b, m.worker...)
 	case msgWelcome, msgRevoke:
 		b = binary.LittleEndian.AppendUint64(b, m.seq)
@@ -210,12 +239,11 @@ func decodeMessage(b []byte) (message, error) {
 	rest := b[12:]
 	switch m.typ {
 	case msgHello:
-		if len(rest) < 21 {
+		if len(rest) <= placeLen {
 			return bad("short hello")
 		}
-		m.pid = binary.LittleEndian.Uint32(rest)
-		copy(m.bootID[:], rest[4:20])
-		m.worker = rest[20:]
+		m.where = decodePlace(rest)
+		m.worker = rest[placeLen:]
 	case msgWelcome, msgRevoke:
 		if len(rest) < 14 {
 			return bad("short " + m.typ.String())

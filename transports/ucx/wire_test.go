@@ -11,7 +11,7 @@ import (
 
 func sampleMessages() []message {
 	return []message{
-		{typ: msgHello, client: 7, pid: 1234, bootID: [16]byte{1, 2, 3}, worker: []byte("worker-address")},
+		{typ: msgHello, client: 7, where: place{pid: 1234, boot: [16]byte{1, 2, 3}, pidNS: 99}, worker: []byte("worker-address")},
 		{typ: msgWelcome, client: 7, more: true, regions: []liveRegion{{id: 1, token: 11}, {id: 2, token: 22}}},
 		{typ: msgWelcome, client: 7, regions: []liveRegion{}},
 		{typ: msgRevoke, client: 9, seq: 3, reason: revokeDeregistered, regions: []liveRegion{{id: 5, token: 55}}},
@@ -45,7 +45,7 @@ func TestMessageRejects(t *testing.T) {
 		"truncated":     good[:len(good)-1],
 		"ack long":      append(message{typ: msgAck}.encode(), 0),
 		"bye with data": append(message{typ: msgBye}.encode(), 0),
-		"short hello":   message{typ: msgHello}.encode()[:20],
+		"short hello":   message{typ: msgHello}.encode(),
 	} {
 		if _, err := decodeMessage(b); !errors.Is(err, plugins.ErrProtocol) {
 			t.Errorf("%s: got %v, want ErrProtocol", name, err)
@@ -54,12 +54,12 @@ func TestMessageRejects(t *testing.T) {
 }
 
 func TestEndpointAndKeyRoundTrip(t *testing.T) {
-	e := endpoint{sharedMemoryOnly: true, pid: 42, bootID: [16]byte{9}, worker: []byte{1, 2, 3}}
+	e := endpoint{sharedMemoryOnly: true, where: place{pid: 42, boot: [16]byte{9}, pidNS: 7}, worker: []byte{1, 2, 3}}
 	got, err := decodeEndpoint(e.encode())
 	if err != nil || !reflect.DeepEqual(got, e) {
 		t.Fatalf("endpoint: %+v, %v", got, err)
 	}
-	for name, b := range map[string][]byte{"empty": nil, "tcp endpoint": []byte("127.0.0.1:4000"), "no worker": e.encode()[:26]} {
+	for name, b := range map[string][]byte{"empty": nil, "tcp endpoint": []byte("127.0.0.1:4000"), "no worker": e.encode()[:endpointHeader]} {
 		if _, err := decodeEndpoint(b); err == nil {
 			t.Errorf("endpoint %s accepted", name)
 		}
@@ -147,7 +147,7 @@ func FuzzDecodeMessage(f *testing.F) {
 }
 
 func FuzzDecodeEndpointAndKey(f *testing.F) {
-	f.Add(endpoint{pid: 1, worker: []byte{1}}.encode())
+	f.Add(endpoint{where: place{pid: 1}, worker: []byte{1}}.encode())
 	f.Add(regionKey{token: 1, va: 1, length: 1, rkey: []byte{1}}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e, err := decodeEndpoint(b); err == nil && !bytes.Equal(e.encode()[6:], b[6:]) {
