@@ -196,6 +196,11 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 			})
 		}
 	}
+	if err == nil {
+		// Capabilities can depend on what Init selected (a ucx transport
+		// on shared-memory lanes only reaches peers on this host).
+		info, err = tr.Info(ctx)
+	}
 	if err != nil {
 		err = asInitError(name, at.plugin, err)
 		tr.Close(context.Background())

@@ -112,6 +112,7 @@ type Connector struct {
 	attempts   []Attempt
 	rpc        *rpcServer
 	endpoint   string
+	hostID     string
 	started    time.Time
 
 	mu         sync.Mutex
@@ -172,6 +173,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		regions: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024),
 	}
+	c.hostID = hostID()
 	if err := c.startChain(ctx); err != nil {
 		return nil, err
 	}
@@ -290,7 +292,7 @@ func (c *Connector) descriptor() SegmentDescriptor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := SegmentDescriptor{
-		Name: c.endpoint, Protocol: c.primary().name, Version: descriptorVersion,
+		Name: c.endpoint, Protocol: c.primary().name, Version: descriptorVersion, HostID: c.hostID,
 		Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 		Buffers:   make([]BufferDescriptor, 0, len(c.regions)),
 	}

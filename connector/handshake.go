@@ -35,6 +35,10 @@ type SegmentDescriptor struct {
 	Buffers    []BufferDescriptor  `json:"buffers"`
 	Timestamp  string              `json:"timestamp"`
 	Version    int                 `json:"version"`
+	// HostID identifies the host (boot id) and the namespaces shared
+	// memory needs; peers with the same HostID may use transports that
+	// only reach the same host.
+	HostID string `json:"host_id,omitempty"`
 }
 
 // TransportEndpoint is one transport a node has up.

@@ -218,10 +218,16 @@ func (p *Peer) Close(ctx context.Context) error {
 }
 
 // pickTransport returns the first transport in this node's preference
-// order that the peer has up too, and the peer's endpoint for it.
+// order that the peer has up too, and the peer's endpoint for it. A
+// transport that only reaches this host (shared-memory lanes) is chosen
+// only for a peer on this host.
 func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *TransportEndpoint) {
+	sameHost := c.hostID != "" && d.HostID == c.hostID
 	for _, at := range c.transports {
 		if c.usableOn(at) != nil {
+			continue
+		}
+		if at.info.Capabilities&plugins.CapSameHostOnly != 0 && !sameHost {
 			continue
 		}
 		for i := range d.Transports {
