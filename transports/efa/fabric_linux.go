@@ -100,6 +100,7 @@ type peerConn struct {
 	closed       bool
 	released     bool
 	lastProgress time.Time
+	lastError    time.Time // when an operation to the peer last completed with an error
 }
 
 type avEntry struct {
@@ -157,6 +158,7 @@ type probe struct {
 	notBefore    time.Time
 	refusedSince time.Time
 	lastErr      string
+	evidence     bool // an operation to the peer completed with an error
 }
 
 type chunkRef struct {
@@ -552,6 +554,9 @@ func (f *fabric) complete(slot uint32, e *cqError) {
 	conn := b.conn
 	conn.addPosted(-1)
 	conn.lastProgress = time.Now()
+	if e != nil {
+		conn.lastError = conn.lastProgress
+	}
 	if e == nil {
 		f.finish(b, c, nil)
 	} else {
@@ -563,6 +568,7 @@ func (f *fabric) complete(slot uint32, e *cqError) {
 			// region is still registered: providers report a rejected key
 			// as a broken connection (tcp) or not at all (shm).
 			p := f.probe(conn, c.rr)
+			p.evidence = true
 			p.chunks = append(p.chunks, chunkRef{b: b, c: ref.c, err: err})
 		}
 	}
@@ -634,6 +640,7 @@ func (f *fabric) postProbes() {
 		}
 		conn := p.key.conn
 		if conn.dead() {
+			p.lastErr = "the peer closed"
 			f.resolveProbe(p, false, false)
 			continue
 		}
@@ -658,14 +665,23 @@ func (f *fabric) postProbes() {
 			f.posted++
 			conn.addPosted(1)
 		case rc == -fiEAGAIN:
+			// Refused: normal while a connection is being made (to a
+			// target that may be slow to progress), a sign of a dead
+			// peer once an operation to it failed. So refusals end the
+			// probe after probeAfter only with that evidence, else after
+			// op_timeout.
 			if p.refusedSince.IsZero() {
 				p.refusedSince = now
 			}
-			if now.Sub(p.refusedSince) < f.probeAfter {
+			limit := time.Duration(f.opts.OpTimeout)
+			if p.evidence || (!conn.lastError.IsZero() && now.Sub(conn.lastError) < limit) {
+				limit = f.probeAfter
+			}
+			if now.Sub(p.refusedSince) < limit {
 				later = append(later, p)
 				continue
 			}
-			p.lastErr = fmt.Sprintf("the provider refused operations to the peer for %v (FI_EAGAIN)", f.probeAfter)
+			p.lastErr = fmt.Sprintf("the provider refused operations to the peer for %v (FI_EAGAIN)", limit)
 			f.resolveProbe(p, false, false)
 		default:
 			p.lastErr = fmt.Sprintf("%s (%s %d)", fiStrerror(rc), fiName(rc), rc)
@@ -681,6 +697,8 @@ func (f *fabric) probeDone(p *probe, slot uint32, e *cqError) {
 	conn := p.key.conn
 	conn.addPosted(-1)
 	if e != nil {
+		p.evidence = true
+		conn.lastError = time.Now()
 		p.lastErr = fmt.Sprintf("%s (%s %d)", fiStrerror(e.err), fiName(e.err), -e.err)
 		if p.tries < probeRetries && !f.stopping && !conn.dead() {
 			p.notBefore = time.Now().Add(probeBackoff << p.tries)
@@ -703,7 +721,7 @@ func (f *fabric) resolveProbe(p *probe, known, gone bool) {
 	for _, w := range p.chunks {
 		err := w.err
 		if known && gone {
-			err = fmt.Errorf("%w (%w)", regionGone(conn, p.rr), w.err)
+			err = fmt.Errorf("%w (the operation failed with: %v)", regionGone(conn, p.rr), w.err)
 		}
 		f.finish(w.b, &w.b.chunks[w.c], err)
 	}
