@@ -19,7 +19,14 @@
 // queue, also while the node is idle, so manual-progress providers serve
 // peers' RMA without the application calling in. The provider enforces
 // keys and region bounds for incoming RMA; the initiator also checks every
-// op against its own regions and the peer's published regions.
+// op against its own regions and the peer's published regions. Each node
+// also publishes a small read-only region status table, which an
+// initiator reads when an op fails or stalls to tell a deregistered region
+// (ErrUnknownRegion) from a dead peer: the software providers report a
+// stale key as a dropped connection (tcp) or not at all (shm).
+//
+// docs/EFA.md describes the options, the diagnoses, the provider quirks
+// worked around and what awaits EFA hardware.
 //
 // Without cgo or off Linux the transport builds but Init fails with an
 // *plugins.InitError wrapping plugins.ErrUnavailable.
