@@ -105,10 +105,10 @@ func DefaultOptions() Options {
 	}
 }
 
+// validate checks the preflight's options; the data path's are checked
+// by configure (lanes, the test-only option) and the ucx transport.
 func (o Options) validate() error {
-	bad := func(key string, v any, allowed string) error {
-		return fmt.Errorf("rdma: option transports.rdma.%s = %v: %s: %w", key, v, allowed, plugins.ErrInvalidArgument)
-	}
+	bad := badOption
 	switch {
 	case o.SysfsRoot == "":
 		return bad("sysfs_root", `""`, "must name the sysfs mount point, normally /sys")
