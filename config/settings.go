@@ -165,6 +165,8 @@ var internalEnv = map[string]bool{
 	"KVCONNECT_GRPC_MAX_MESSAGE": true,
 	"KVCONNECT_PLUGIN_LOG_LEVEL": true,
 	"KVCONNECT_TRANSPORT_PLUGIN": true,
+	// Read by transports (the rdma transport's test-only tcp lanes).
+	"KVCONNECT_ALLOW_TESTING_OPTIONS": true,
 }
 
 // EnvName is the KVCONNECT_* variable for a key: upper case, levels
