@@ -371,15 +371,16 @@ func (w *Worker) Wake() {
 }
 
 // Wait arms the worker and sleeps until UCX has events, Wake is called, or
-// timeout passes (negative: no timeout). It returns at once when the worker
-// has events already; call Progress after it either way.
-func (w *Worker) Wait(timeout time.Duration) error {
+// timeout passes (negative: no timeout). It returns at once, with busy
+// set, when UCX says it has unprocessed events; call Progress after it
+// either way.
+func (w *Worker) Wait(timeout time.Duration) (busy bool, err error) {
 	switch st := Status(C.kvc_worker_arm(w.c)); st {
 	case OK:
 	case ErrBusy:
-		return nil
+		return true, nil
 	default:
-		return st.Error("ucp_worker_arm")
+		return false, st.Error("ucp_worker_arm")
 	}
 	ms := -1
 	if timeout >= 0 {
@@ -388,7 +389,7 @@ func (w *Worker) Wait(timeout time.Duration) error {
 	var evs [2]unix.EpollEvent
 	n, err := unix.EpollWait(w.epfd, evs[:], ms)
 	if err != nil && !errors.Is(err, unix.EINTR) {
-		return fmt.Errorf("ucx: epoll_wait: %w", err)
+		return false, fmt.Errorf("ucx: epoll_wait: %w", err)
 	}
 	for _, ev := range evs[:max(n, 0)] {
 		if int(ev.Fd) == w.wakefd {
@@ -396,7 +397,7 @@ func (w *Worker) Wait(timeout time.Duration) error {
 			unix.Read(w.wakefd, b[:])
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // Progress drives the worker until it has nothing more to do (at most

@@ -115,7 +115,7 @@ func (w *Worker) Address() ([]byte, error)                  { return nil, errNoU
 func (w *Worker) Resources() []Resource                     { return nil }
 func (w *Worker) Lanes(EP) []Lane                           { return nil }
 func (w *Worker) Wake()                                     {}
-func (w *Worker) Wait(time.Duration) error                  { return errNoUCX }
+func (w *Worker) Wait(time.Duration) (bool, error)          { return false, errNoUCX }
 func (w *Worker) Progress(int) int                          { return 0 }
 func (w *Worker) Completions(dst []Completion) []Completion { return dst }
 func (w *Worker) EndpointErrors(dst []EPError) []EPError    { return dst }

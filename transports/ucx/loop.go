@@ -213,6 +213,8 @@ type loop struct {
 	closeDeadline time.Time
 	exit          bool
 	lastTick      time.Time
+	stuckSince    time.Time // UCX busy without delivering anything since
+	stuckLogged   bool
 	msg           []byte
 	cbuf          []ucxlib.Completion
 	ebuf          []ucxlib.EPError
@@ -272,11 +274,13 @@ func (l *loop) run(cfg ucxlib.Config, ready chan<- error) {
 		l.runCommands()
 		l.issue()
 		l.retryCtl()
+		progressed := false
 		for i := 0; i < 64; i++ {
 			n := w.Progress(32)
 			if !l.drain() && n == 0 {
 				break
 			}
+			progressed = true
 		}
 		if l.closing {
 			l.advanceClose()
@@ -296,12 +300,39 @@ func (l *loop) run(cfg ucxlib.Config, ready chan<- error) {
 		if l.watching() {
 			timeout = max(l.tickEvery()-time.Since(l.lastTick), 0)
 		}
-		if err := w.Wait(timeout); err != nil {
+		busy, err := w.Wait(timeout)
+		if err != nil {
 			l.log.Error(l.name+": waiting for UCX events failed; polling", zap.Error(err))
 			time.Sleep(time.Millisecond)
 		}
+		l.backoff(busy && !progressed, now)
 	}
 	l.finish()
+}
+
+// backoff slows the loop down while UCX keeps saying it has events that
+// progress does not deliver. A peer that died while writing into this
+// worker's shared-memory FIFO (posix, sysv) leaves a slot that never
+// becomes ready: the FIFO is wedged for good, UCX's arm reports busy
+// forever, and polling it would burn a core.
+func (l *loop) backoff(stuck bool, now time.Time) {
+	if !stuck {
+		l.stuckSince = time.Time{}
+		return
+	}
+	if l.stuckSince.IsZero() {
+		l.stuckSince = now
+		return
+	}
+	stuckFor := now.Sub(l.stuckSince)
+	if stuckFor > time.Duration(l.opts.OpTimeout) && !l.stuckLogged {
+		l.stuckLogged = true
+		l.log.Error(l.name + ": UCX has reported pending events without delivering any for " + stuckFor.Round(time.Second).String() +
+			"; a shared-memory FIFO may be wedged by a peer that died while sending to this node (UCX 1.13 cannot recover it; restart the transport)")
+	}
+	if stuckFor > 10*time.Millisecond {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (l *loop) tickEvery() time.Duration {
