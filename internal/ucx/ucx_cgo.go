@@ -127,39 +127,18 @@ func ConfigKeys() (all, ucp map[string]bool) {
 	return all, ucp
 }
 
-// Config is how a Worker's context is configured.
-type Config struct {
-	// TLS is the UCX_TLS value for this context ("tcp", "sm", "rc,ud"...);
-	// empty keeps UCX's default (the environment's UCX_TLS, else all).
-	TLS string
-	// NetDevices is UCX_NET_DEVICES for this context; empty keeps the
-	// default.
-	NetDevices string
-	// Extra are further UCP configuration keys (without the UCX_ prefix).
-	Extra [][2]string
-	// ThreadMode of the worker; ThreadSingle unless several threads call it.
-	ThreadMode ThreadMode
-	// Slots is the number of operations that can be in flight at once.
-	Slots int
-}
-
-// CreateError is a failure to create a Worker: the step and the status.
-type CreateError struct {
-	Step   string // "read config", "set TLS", "set NET_DEVICES", "init context", ...
-	Status Status
-	Text   string
-	// Config is set when UCX rejected a configuration value (the step is
-	// "set TLS", "set NET_DEVICES" or "set configuration").
-	Config bool
-}
-
-func (e *CreateError) Error() string {
-	return fmt.Sprintf("%s: %s (%s %d)", e.Step, e.Text, e.Status.Name(), int32(e.Status))
-}
-
-// Unwrap returns the status's sentinel (ErrUnavailable for
-// UCS_ERR_NO_DEVICE: no transport matched the configuration).
-func (e *CreateError) Unwrap() error { return e.Status.Sentinel() }
+// The Go constants shared with the stub build must equal the C ones: each
+// array below has a negative length, and the build fails, otherwise.
+var (
+	_ [C.KVC_PUT - OpPut]struct{}
+	_ [OpPut - C.KVC_PUT]struct{}
+	_ [C.KVC_GET - OpGet]struct{}
+	_ [OpGet - C.KVC_GET]struct{}
+	_ [C.KVC_FLUSH - OpFlush]struct{}
+	_ [OpFlush - C.KVC_FLUSH]struct{}
+	_ [C.KVC_MAX_MSG - MaxMessage]struct{}
+	_ [MaxMessage - C.KVC_MAX_MSG]struct{}
+)
 
 var createSteps = map[C.int]string{
 	C.KVC_STEP_CONFIG_READ:   "read config",
@@ -170,51 +149,6 @@ var createSteps = map[C.int]string{
 	C.KVC_STEP_WORKER:        "create worker",
 	C.KVC_STEP_AM_HANDLER:    "set active message handler",
 	C.KVC_STEP_EFD:           "get event fd",
-}
-
-// EP is a UCP endpoint handle.
-type EP uintptr
-
-// Mem is a UCP memory handle (ucp_mem_map).
-type Mem uintptr
-
-// Rkey is an unpacked remote key.
-type Rkey uintptr
-
-// OpKind is what Post does.
-type OpKind uint32
-
-// Op kinds for Post.
-const (
-	OpPut   OpKind = C.KVC_PUT
-	OpGet   OpKind = C.KVC_GET
-	OpFlush OpKind = C.KVC_FLUSH
-)
-
-// Op is one operation for Post. Local is the address of local memory that
-// must stay mapped until the op's completion; Status is set by Post: OK
-// (done now), InProgress (its slot completes later) or an error.
-type Op struct {
-	Kind   OpKind
-	Slot   uint32
-	EP     EP
-	Local  uintptr
-	Remote uint64
-	Rkey   Rkey
-	Len    uint64
-	Status Status
-}
-
-// Completion is a finished in-progress operation.
-type Completion struct {
-	Slot   uint32
-	Status Status
-}
-
-// EPError is an endpoint failure reported by UCX's error handler.
-type EPError struct {
-	EP     EP
-	Status Status
 }
 
 // Worker is a UCP context with one worker, its event fd and a wake fd.
@@ -434,9 +368,6 @@ func (w *Worker) EndpointErrors(dst []EPError) []EPError {
 	}
 }
 
-// MaxMessage is the largest control message a worker accepts.
-const MaxMessage = C.KVC_MAX_MSG
-
 // NextMessage pops the oldest received control message into buf (which
 // should be MaxMessage long) and returns its length, or ok=false.
 func (w *Worker) NextMessage(buf []byte) (n int, ok bool) {
@@ -561,9 +492,6 @@ func (w *Worker) UnpackRkey(ep EP, packed []byte) (Rkey, error) {
 	}
 	return Rkey(r), nil
 }
-
-// MaxRkey is the largest packed remote key UnpackRkey accepts.
-const MaxRkey = 16 << 10
 
 const rkeyPad = 4096
 
