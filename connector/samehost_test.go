@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +118,30 @@ func TestOtherHostPeerSkipsSameHostOnlyTransport(t *testing.T) {
 	src := alloc(t, a, 1<<20)
 	if err := a.TransferSyncWrite(context.Background(), st.Session, src.Addr(), peer.Regions()[0].Addr, 1<<20); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStrictNodesWithNothingInCommon: a strict ucx node that keeps no tcp
+// and a tcp node cannot meet; Open says what each side has.
+func TestStrictNodesWithNothingInCommon(t *testing.T) {
+	dir := pluginDir(t)
+	if _, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx"); err != nil {
+		t.Fatal(err)
+	}
+	strict, err := connector.New(context.Background(), connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir},
+		connector.WithKeepTCP(false), quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	other := newNode(t)
+	_, err = strict.Open(context.Background(), other.Endpoint())
+	if !errors.Is(err, connector.ErrNoCommonTransport) {
+		t.Fatalf("Open: %v, want ErrNoCommonTransport", err)
+	}
+	for _, want := range []string{"has transports [tcp] up", "this node has [ucx]"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }
