@@ -61,6 +61,36 @@ func BenchmarkSmallOpsAllocs(b *testing.B) {
 	}
 }
 
+// BenchmarkSingleOp measures one 4 KiB WRITE per batch, the round trip a
+// lone op pays, in-process and through plugin processes (where the batch
+// also crosses gRPC to the plugin and back).
+func BenchmarkSingleOp(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		plugin bool
+	}{
+		{"inproc", false},
+		{"plugin", true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			a, c := benchNode(b, v.plugin), benchNode(b, v.plugin)
+			src, dst := a.alloc(b, 4096), c.alloc(b, 4096)
+			peer, err := a.tr.Connect(context.Background(), plugins.PeerInfo{Name: "bench", Endpoint: c.endpoint})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ops := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src, RemoteRegion: dst, Length: 4096}}
+			res := make([]plugins.OpResult, 1)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.tr.Transfer(context.Background(), peer, ops, res); err != nil || res[0].Err != nil {
+					b.Fatal(err, res[0].Err)
+				}
+			}
+		})
+	}
+}
+
 func benchTransport(b *testing.B, op string, size int, plugin bool) {
 	a, c := benchNode(b, plugin), benchNode(b, plugin)
 	src := a.alloc(b, benchBatch*size)
