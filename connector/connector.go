@@ -90,7 +90,8 @@ type activeTransport struct {
 	info   plugins.Info
 	res    plugins.InitResult
 
-	crashed error // guarded by Connector.mu
+	crashed  error // guarded by Connector.mu
+	restarts int   // how many times this transport's plugin was restarted
 }
 
 func (at *activeTransport) mode() string {
@@ -107,13 +108,18 @@ type Connector struct {
 	log  *zap.Logger
 
 	// transports that came up, in preference order: the chain's survivor
-	// first, then tcp if kept up beside it. Fixed after New.
+	// first, then tcp if kept up beside it. A restarted plugin replaces its
+	// entry (under mu); read it with c.active().
 	transports []*activeTransport
 	attempts   []Attempt
 	rpc        *rpcServer
 	endpoint   string
 	hostID     string
 	started    time.Time
+
+	// regMu orders region (de)registration with plugin restarts, so a
+	// restarted transport gets every region.
+	regMu sync.Mutex
 
 	mu         sync.Mutex
 	closed     bool
@@ -122,6 +128,7 @@ type Connector struct {
 	peers      map[string]*Peer
 	notify     chan Notification
 	wg         sync.WaitGroup
+	closing    chan struct{} // closed when Close begins
 }
 
 // TransportStatus describes one transport the node has up.
@@ -133,6 +140,7 @@ type TransportStatus struct {
 	Plugin    string `json:"plugin,omitempty"` // plugin binary
 	Healthy   bool   `json:"healthy"`
 	Problem   string `json:"problem,omitempty"`
+	Restarts  int    `json:"restarts,omitempty"` // plugin restarts after crashes
 }
 
 // Status describes a running connector.
@@ -171,7 +179,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	c := &Connector{
 		cfg: cfg, opts: o, log: o.log, started: time.Now(),
 		regions: map[RegionID]*Region{}, peers: map[string]*Peer{},
-		notify: make(chan Notification, 1024),
+		notify: make(chan Notification, 1024), closing: make(chan struct{}),
 	}
 	c.hostID = hostID()
 	if err := c.startChain(ctx); err != nil {
@@ -191,8 +199,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	return c, nil
 }
 
+// active returns the transports up, in preference order.
+func (c *Connector) active() []*activeTransport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*activeTransport(nil), c.transports...)
+}
+
 // primary is the preferred transport.
-func (c *Connector) primary() *activeTransport { return c.transports[0] }
+func (c *Connector) primary() *activeTransport { return c.active()[0] }
 
 // watchPlugin notices a plugin process that dies while the node runs.
 func (c *Connector) watchPlugin(at *activeTransport) {
@@ -209,8 +224,10 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 		why += "; its stderr ends with:\n" + tail
 	}
 	at.crashed = fmt.Errorf("connector: transport %s: %s: %w", at.name, why, ErrTransportCrashed)
-	c.log.Error("transport plugin died; transfers on it fail until the node is restarted",
+	c.log.Error("transport plugin died; restarting it",
 		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("stderr_tail", tail))
+	c.wg.Add(1)
+	go c.restart(at)
 }
 
 func (c *Connector) startRPC() error {
@@ -238,7 +255,7 @@ func (c *Connector) Transport() string { return c.primary().name }
 func (c *Connector) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := c.primary()
+	p := c.transports[0]
 	s := Status{
 		Session: c.endpoint, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
@@ -248,7 +265,7 @@ func (c *Connector) Status() Status {
 		s.PluginPID, s.Plugin = p.plugin.Pid(), p.plugin.Path()
 	}
 	for _, at := range c.transports {
-		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil}
+		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil, Restarts: at.restarts}
 		if at.plugin != nil {
 			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
 		}
@@ -292,7 +309,7 @@ func (c *Connector) descriptor() SegmentDescriptor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := SegmentDescriptor{
-		Name: c.endpoint, Protocol: c.primary().name, Version: descriptorVersion, HostID: c.hostID,
+		Name: c.endpoint, Protocol: c.transports[0].name, Version: descriptorVersion, HostID: c.hostID,
 		Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 		Buffers:   make([]BufferDescriptor, 0, len(c.regions)),
 	}
@@ -364,6 +381,7 @@ func (c *Connector) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.closing)
 	peers := c.peers
 	c.peers = map[string]*Peer{}
 	c.mu.Unlock()
@@ -393,7 +411,7 @@ func (c *Connector) Close() error {
 
 func (c *Connector) closeTransports(ctx context.Context) error {
 	var errs []error
-	for _, at := range c.transports {
+	for _, at := range c.active() {
 		if err := at.tr.Close(ctx); err != nil && !errors.Is(err, ErrTransportCrashed) {
 			errs = append(errs, fmt.Errorf("connector: closing transport %s: %w", at.name, err))
 		}

@@ -208,9 +208,10 @@ func TestOutOfBoundsWriteLeavesNeighboursUntouched(t *testing.T) {
 }
 
 // TestPluginKilledMidBatch kills the plugin process while a batch runs: the
-// batch fails with ErrTransportCrashed within a bounded time, the node says
-// so in Status, and Close leaves no process, goroutine or descriptor
-// behind.
+// batch fails with ErrTransportCrashed within a bounded time, the node
+// restarts the plugin and says so in Status, the next batch succeeds (the
+// peer reconnects on its own), and Close leaves no process, goroutine or
+// descriptor behind.
 func TestPluginKilledMidBatch(t *testing.T) {
 	ctx := context.Background()
 	b := newNode(t)
@@ -227,6 +228,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	transporttest.Fill(src.Bytes(), 12)
 	peer, err := a.Open(ctx, b.Endpoint())
 	if err != nil {
 		t.Fatal(err)
@@ -252,24 +254,36 @@ func TestPluginKilledMidBatch(t *testing.T) {
 		t.Fatalf("batch after the plugin was killed: %v, want ErrTransportCrashed", err)
 	}
 	t.Logf("batch failed %v after the kill: %v", time.Since(killed), err)
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Status().Healthy && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+
+	// The node restarts the plugin.
+	waitFor(t, "the plugin to be restarted", func() bool {
+		st := a.Status()
+		return st.Healthy && st.Transports[0].Restarts == 1 && st.PluginPID != pid
+	})
+	newPID := a.Status().PluginPID
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the killed plugin %d still exists", pid)
 	}
-	if st := a.Status(); st.Healthy || !strings.Contains(st.Problem, "exited") {
-		t.Fatalf("status after the crash: %+v, want unhealthy with the reason", st)
+	// The same peer works again: it reconnects through the new plugin.
+	if err := a.Transfer(ctx, peer, connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: dst.ID(), Length: 1 << 20}); err != nil {
+		t.Fatalf("batch after the restart: %v", err)
 	}
-	if _, err := a.Submit(ctx, peer, ops[:1]); !errors.Is(err, connector.ErrTransportCrashed) {
-		t.Fatalf("Submit after the crash: %v, want ErrTransportCrashed", err)
+	if !bytes.Equal(dst.Bytes()[:1<<20], src.Bytes()) {
+		t.Fatal("data differs after the restart")
 	}
+	// And b reaches a's regions through a's new endpoint.
+	if err := b.TransferSyncRead(ctx, a.Endpoint(), dst.Addr(), src.Addr(), 4096); err != nil {
+		t.Fatalf("peer reading from the restarted node: %v", err)
+	}
+
 	if err := a.Close(); err != nil {
-		t.Fatalf("Close after the crash: %v", err)
+		t.Fatalf("Close after the restart: %v", err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Fatalf("plugin process %d still exists after Close (kill 0: %v)", pid, err)
+	if err := syscall.Kill(newPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("restarted plugin process %d still exists after Close (kill 0: %v)", newPID, err)
 	}
 	waitFor(t, "goroutines to return to their count before the node", func() bool { return runtime.NumGoroutine() <= goroutinesBefore })
 	waitFor(t, "descriptors to return to their count before the node", func() bool { return countFDs(t) <= fdsBefore })
@@ -466,5 +480,53 @@ func TestPeerRestartReconnects(t *testing.T) {
 	}
 	if !bytes.Equal(dst.Bytes(), src.Bytes()) {
 		t.Fatal("data differs after reconnecting")
+	}
+}
+
+// TestRestartGivesUp: when the plugin cannot be started again (its binary
+// is gone), the node stops trying after its attempts and reports the
+// transport as down; batches on it fail with ErrTransportCrashed.
+func TestRestartGivesUp(t *testing.T) {
+	defer connector.SetRestartBackoff([]time.Duration{time.Millisecond, time.Millisecond})()
+	dir := t.TempDir()
+	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(dir, "kvconnect-transport-tcp")
+	if err := os.WriteFile(mine, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(plugins.EnvPluginDir, "")
+	t.Setenv("PATH", dir)
+	ctx := context.Background()
+	b := newNode(t)
+	alloc(t, b, 1<<20)
+	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir}, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	src := alloc(t, a, 1<<20)
+	peer, err := a.Open(ctx, b.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(mine)
+	if err := syscall.Kill(a.Status().PluginPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to report the transport down", func() bool { return !a.Status().Healthy })
+	time.Sleep(200 * time.Millisecond) // both restart attempts have failed by now
+	if st := a.Status(); st.Healthy || st.Transports[0].Restarts != 0 {
+		t.Fatalf("status %+v: want the transport down and never restarted", st)
+	}
+	err = a.Transfer(ctx, peer, connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: 1, Length: 10})
+	if !errors.Is(err, connector.ErrTransportCrashed) {
+		t.Fatalf("batch with the transport down: %v, want ErrTransportCrashed", err)
 	}
 }

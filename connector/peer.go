@@ -99,12 +99,14 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 	if closed {
 		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
 	}
-	if !stale {
+	// A transport whose plugin crashed (and was restarted, or is being
+	// restarted) needs a new link too.
+	if !stale && p.c.usableOn(l.at) == nil {
 		return l, nil
 	}
 	p.refresh.Lock()
 	defer p.refresh.Unlock()
-	if l, stale, closed = p.link(); closed || !stale {
+	if l, stale, closed = p.link(); closed || (!stale && p.c.usableOn(l.at) == nil) {
 		return l, nil
 	}
 	ctx, cancel := p.c.withTimeout(ctx, p.c.cfg.ConnectTimeout)
@@ -174,13 +176,21 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
 	at, ep := c.pickTransport(&d)
 	if at == nil {
+		var down error
+		var ours []string
+		for _, t := range c.active() {
+			if err := c.usableOn(t); err != nil {
+				down = err
+				continue
+			}
+			ours = append(ours, t.name)
+		}
+		if len(ours) == 0 && down != nil {
+			return d, nil, 0, fmt.Errorf("connector: no transport of this node is up to reach %s: %w", session, down)
+		}
 		theirs := make([]string, len(d.Transports))
 		for i, t := range d.Transports {
 			theirs[i] = t.Name
-		}
-		ours := make([]string, 0, len(c.transports))
-		for _, t := range c.transports {
-			ours = append(ours, t.name)
 		}
 		return d, nil, 0, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
 			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
@@ -223,7 +233,7 @@ func (p *Peer) Close(ctx context.Context) error {
 // only for a peer on this host.
 func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *TransportEndpoint) {
 	sameHost := c.hostID != "" && d.HostID == c.hostID
-	for _, at := range c.transports {
+	for _, at := range c.active() {
 		if c.usableOn(at) != nil {
 			continue
 		}

@@ -63,16 +63,21 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	}
 	mem := seg.Bytes()
 	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), keys: map[string][]byte{}}
-	for i, at := range c.transports {
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	transports := c.active()
+	for i, at := range transports {
 		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: id, Addr: r.addr, Mem: mem, File: seg.File()})
 		if err != nil {
-			for _, done := range c.transports[:i] {
+			for _, done := range transports[:i] {
 				done.tr.DeregisterRegion(context.Background(), id)
 			}
 			seg.Close()
 			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(size)), at.name, err)
 		}
+		c.mu.Lock()
 		r.keys[at.name] = key
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -96,8 +101,10 @@ func (r *Region) Free(ctx context.Context) error {
 	if !ok {
 		return nil // already freed, or released by Close
 	}
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
 	var errs []error
-	for _, at := range c.transports {
+	for _, at := range c.active() {
 		if err := at.tr.DeregisterRegion(ctx, r.id); err != nil && c.usableOn(at) == nil {
 			// The transport is alive and may still use the memory.
 			errs = append(errs, fmt.Errorf("connector: freeing region %d on %s: %w", r.id, at.name, err))
