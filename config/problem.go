@@ -147,53 +147,6 @@ func showValue(v any) string {
 	return string(b)
 }
 
-// closest returns the candidate nearest to s, if near enough to suggest:
-// at most 2 edits (a swap of two letters counts as one) and fewer than
-// half of s.
-func closest(s string, candidates []string) string {
-	ls := strings.ToLower(s)
-	best, bestD := "", -1
-	for _, c := range candidates {
-		d := editDistance(ls, strings.ToLower(c))
-		if d > 2 || d*2 > len([]rune(s)) || (d == 0 && c == s) {
-			continue
-		}
-		if bestD < 0 || d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of adjacent letters each cost 1.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) > 256 || len(rb) > 256 {
-		if a == b {
-			return 0
-		}
-		return max(len(ra), len(rb))
-	}
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
-}
+// closest returns the candidate near enough to s to be a typo of it (see
+// plugins.Closest).
+func closest(s string, candidates []string) string { return plugins.Closest(s, candidates) }

@@ -223,15 +223,7 @@ func installedPlugins(places []place) []string {
 	return out
 }
 
-func closest(name string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		if d := Levenshtein(name, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
+func closest(name string, names []string) string { return Closest(name, names) }
 
 // Plugin is a running transport plugin process. It implements Transport
 // by gRPC; Close also ends the process.

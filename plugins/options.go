@@ -77,37 +77,9 @@ func sortedKeys(m map[string]reflect.StructField) []string {
 }
 
 func suggest(k string, known map[string]reflect.StructField) string {
-	best, bestD := "", 4
-	for name := range known {
-		if d := Levenshtein(strings.ToLower(k), name); d < bestD {
-			best, bestD = name, d
-		}
-	}
+	best := Closest(k, sortedKeys(known))
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// Levenshtein is the edit distance between a and b; used for "did you
-// mean" suggestions.
-func Levenshtein(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

@@ -411,17 +411,8 @@ func netdevOwner(r *Report, name string) string {
 	return ""
 }
 
-// closest returns the candidate nearest to s by edit distance, if near
-// enough to be a typo.
-func closest(s string, candidates []string) string {
-	best, bestD := "", max(2, len(s)/2)+1
-	for _, c := range candidates {
-		if d := plugins.Levenshtein(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
+// closest returns the candidate near enough to s to be a typo of it.
+func closest(s string, candidates []string) string { return plugins.Closest(s, candidates) }
 
 func errnoOf(err error) syscall.Errno {
 	var e syscall.Errno

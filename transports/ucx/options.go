@@ -184,13 +184,7 @@ func (o Options) checkUCXConfig(name string, all, ucp map[string]bool) error {
 			hint = "UCX 1.13 applies a transport's variable under its name within the transport: " +
 				"TX_SEG_SIZE for UCX_TCP_TX_SEG_SIZE, MM_SEG_SIZE for UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE"
 		} else {
-			best, bestD := "", 4
-			for cand := range all {
-				if d := plugins.Levenshtein(k, cand); d < bestD || d == bestD && cand < best {
-					best, bestD = cand, d
-				}
-			}
-			if best != "" {
+			if best := plugins.Closest(k, slices.Sorted(maps.Keys(all))); best != "" {
 				hint = fmt.Sprintf("did you mean %q? %s", best, hint)
 			}
 		}
