@@ -15,7 +15,7 @@ func New(name string, size int) (*Segment, error) {
 	if err := checkSize(size); err != nil {
 		return nil, err
 	}
-	fd, err := unix.MemfdCreate("kvconnect:"+name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("kvconnect:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("shm: memfd_create: %w", err)
 	}
@@ -23,6 +23,12 @@ func New(name string, size int) (*Segment, error) {
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("shm: ftruncate %d bytes: %w", size, err)
+	}
+	// Seal the size: a plugin holding the descriptor cannot shrink the file
+	// under the host's mapping (which would SIGBUS the host).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shm: sealing the segment's size: %w", err)
 	}
 	mem, err := mapFile(f, size)
 	if err != nil {
@@ -45,6 +51,12 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("shm: fstat: %w", err)
+	}
+	// Only a size-sealed file is safe to map: another holder could
+	// otherwise shrink it under us.
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("shm: refusing to map a file whose size is not sealed against shrinking (seals %#x, %v)", seals, err)
 	}
 	if uint64(st.Size) < offset+uint64(size) {
 		return nil, fmt.Errorf("shm: file is %d bytes, too small to map %d bytes at offset %d", st.Size, size, offset)

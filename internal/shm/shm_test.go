@@ -51,3 +51,27 @@ func TestNewRejectsBadSize(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeIsSealed: whoever holds a segment's descriptor (a plugin) cannot
+// shrink it under the host's mapping, and Map refuses unsealed files.
+func TestSizeIsSealed(t *testing.T) {
+	s, err := New("sealed", 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.File().Truncate(0); err == nil {
+		t.Fatal("a holder of the descriptor shrank the segment")
+	}
+	s.Bytes()[8191] = 1 // still mapped and writable
+	f, err := os.CreateTemp(t.TempDir(), "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(8192)
+	if m, err := Map(f, 0, 8192); err == nil {
+		m.Close()
+		t.Fatal("Map accepted a file whose size is not sealed")
+	}
+	f.Close()
+}

@@ -246,7 +246,8 @@ type peer struct {
 	name string
 	addr string
 
-	nconns int // len(conns), fixed
+	nconns int          // len(conns), fixed
+	redial []sync.Mutex // one redial at a time per slot
 
 	mu        sync.Mutex
 	conns     []*conn
@@ -265,7 +266,8 @@ func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 	if name == "" {
 		name = addr
 	}
-	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections, conns: make([]*conn, t.opts.Connections)}
+	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections,
+		conns: make([]*conn, t.opts.Connections), redial: make([]sync.Mutex, t.opts.Connections)}
 }
 
 func (p *peer) brokenErr(dir string, err error) error {
@@ -329,30 +331,54 @@ func (p *peer) pick(ctx context.Context, start int) (*conn, error) {
 			lastErr = recentErr
 			continue
 		}
-		nc, err := p.dial(ctx)
+		nc, err := p.redialSlot(ctx, i)
 		if err != nil {
-			p.mu.Lock()
-			p.dialErr, p.dialErrAt = err, time.Now()
-			p.mu.Unlock()
 			lastErr = err
 			continue
-		}
-		p.mu.Lock()
-		if p.closed != nil {
-			err := p.closed
-			p.mu.Unlock()
-			nc.close(err)
-			return nil, err
-		}
-		old := p.conns[i]
-		p.conns[i] = nc
-		p.mu.Unlock()
-		if old != nil {
-			old.close(plugins.ErrClosed) // already broken: only waits for its goroutines
 		}
 		return nc, nil
 	}
 	return nil, lastErr
+}
+
+// redialSlot replaces slot i's broken connection. Concurrent callers wait
+// for one dial and share its connection, so no caller closes a fresh
+// connection another caller already queued chunks on.
+func (p *peer) redialSlot(ctx context.Context, i int) (*conn, error) {
+	p.redial[i].Lock()
+	defer p.redial[i].Unlock()
+	p.mu.Lock()
+	if p.closed != nil {
+		err := p.closed
+		p.mu.Unlock()
+		return nil, err
+	}
+	if c := p.conns[i]; c != nil && !c.broken() {
+		p.mu.Unlock()
+		return c, nil // someone else redialed it meanwhile
+	}
+	p.mu.Unlock()
+	nc, err := p.dial(ctx)
+	if err != nil {
+		p.mu.Lock()
+		p.dialErr, p.dialErrAt = err, time.Now()
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed != nil {
+		err := p.closed
+		p.mu.Unlock()
+		nc.close(err)
+		return nil, err
+	}
+	old := p.conns[i]
+	p.conns[i] = nc
+	p.mu.Unlock()
+	if old != nil {
+		old.close(plugins.ErrClosed) // broken: only waits for its goroutines
+	}
+	return nc, nil
 }
 
 func (p *peer) appendConns(out []*conn) []*conn {

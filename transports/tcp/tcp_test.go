@@ -315,3 +315,41 @@ func TestBindError(t *testing.T) {
 		t.Fatalf("binding a taken port: %v, want an unavailable bind diagnosis with hints", err)
 	}
 }
+
+// TestConcurrentRedialsShareOneConnection breaks the only connection to a
+// healthy peer, then runs batches from many goroutines at once: they must
+// all succeed (no redial may close a connection another batch is using).
+func TestConcurrentRedialsShareOneConnection(t *testing.T) {
+	h := inproc(`{"connections":1}`)
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	src, dst := a.Alloc(t, 1<<20, 0), b.Alloc(t, 1<<20, 0)
+	proxy := newCutProxy(t, string(b.Endpoint))
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "b", Endpoint: []byte(proxy.addr())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 64 << 10}}
+	for round := 0; round < 20; round++ {
+		a.MustTransfer(t, peer, op) // the connection works
+		proxy.cut()
+		// Let the reader notice the cut, so the next batches find the slot broken.
+		time.Sleep(5 * time.Millisecond)
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, _ := a.Transfer(t, peer, op)
+				if res[0].Err != nil && !errors.Is(res[0].Err, plugins.ErrPeerUnreachable) {
+					errs <- res[0].Err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: a batch to a healthy peer failed with %v", round, err)
+		}
+	}
+}
