@@ -52,7 +52,6 @@ func StatusOf(err error) OpStatus {
 // Batch is a set of ops submitted together. Its ops complete in any order;
 // Wait returns when all have.
 type Batch struct {
-	ops     []Op
 	results []OpResult
 	done    chan struct{}
 	err     error // batch-level error, set before done closes
@@ -143,7 +142,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	if err := c.usableOn(l.at); err != nil {
 		return nil, err
 	}
-	b := &Batch{ops: ops, results: make([]OpResult, len(ops)), done: make(chan struct{}), start: time.Now()}
+	b := &Batch{results: make([]OpResult, len(ops)), done: make(chan struct{}), start: time.Now()}
 	if len(ops) == 0 {
 		close(b.done)
 		return b, nil
@@ -161,8 +160,16 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 			}
 		}
 	}
-	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
+	// Add to the wait group under mu, so Close (which sets closed under mu
+	// before it waits) never races a new batch.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("connector: %w", ErrClosed)
+	}
 	c.wg.Add(1)
+	c.mu.Unlock()
+	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()

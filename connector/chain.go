@@ -155,6 +155,11 @@ func asInitError(name string, p *plugins.Plugin, err error) error {
 	return &plugins.InitError{Transport: name, Step: step, Cause: cause, Err: err}
 }
 
+// initTimeout bounds one transport's Init (device probing, library
+// loading, binding), so a transport wedged in a native library cannot hold
+// the chain: its attempt fails and the chain moves on.
+const initTimeout = 60 * time.Second
+
 // startTransport launches (or builds, in-process) transport name and
 // initialises it.
 func (c *Connector) startTransport(ctx context.Context, name string) (*activeTransport, error) {
@@ -190,10 +195,12 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 			}
 		}
 		if err == nil {
-			at.res, err = tr.Init(ctx, plugins.InitRequest{
+			ictx, cancel := context.WithTimeout(ctx, initTimeout)
+			at.res, err = tr.Init(ictx, plugins.InitRequest{
 				Hostname: c.cfg.Hostname, Metadata: c.cfg.Metadata, Protocol: c.cfg.Protocol,
 				DeviceName: c.cfg.DeviceName, Options: optsJSON, Logger: c.log.Named(name),
 			})
+			cancel()
 		}
 	}
 	if err == nil {
@@ -203,7 +210,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 	}
 	if err != nil {
 		err = asInitError(name, at.plugin, err)
-		tr.Close(context.Background())
+		closeBounded(ctx, tr)
 		return nil, err
 	}
 	at.info = info
@@ -241,7 +248,9 @@ func (c *Connector) startChain(ctx context.Context) error {
 	if len(c.transports) == 0 {
 		return &ChainError{Attempts: append([]Attempt(nil), c.attempts...), Strict: strict}
 	}
-	if c.transports[0].name != "tcp" && c.opts.keepTCP {
+	// Strict mode (fallback: []) means "this transport or nothing": no tcp
+	// beside it either.
+	if c.transports[0].name != "tcp" && c.opts.keepTCP && !strict {
 		at, err := c.startTransport(ctx, "tcp")
 		if err != nil {
 			c.log.Warn("could not also keep tcp up for peers that fell back", zap.Error(err))

@@ -79,7 +79,8 @@ func WithLaunchHook(h func(*plugins.LaunchConfig)) Option {
 
 // WithKeepTCP says whether a node whose chain ended on another transport
 // also keeps tcp up, so peers that fell back to tcp can still reach it.
-// Default true.
+// Default true, except in strict mode (fallback: []), which never runs tcp
+// unless tcp is the protocol.
 func WithKeepTCP(keep bool) Option { return func(o *options) { o.keepTCP = keep } }
 
 // activeTransport is a transport that came up.
@@ -124,6 +125,7 @@ type Connector struct {
 	mu         sync.Mutex
 	closed     bool
 	regions    map[RegionID]*Region
+	draining   map[RegionID]*Region // freed, but a transport may still use them
 	nextRegion RegionID
 	peers      map[string]*Peer
 	notify     chan Notification
@@ -178,7 +180,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	cfg = cfg.WithDefaults()
 	c := &Connector{
 		cfg: cfg, opts: o, log: o.log, started: time.Now(),
-		regions: map[RegionID]*Region{}, peers: map[string]*Peer{},
+		regions: map[RegionID]*Region{}, draining: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024), closing: make(chan struct{}),
 	}
 	c.hostID = hostID()
@@ -395,14 +397,27 @@ func (c *Connector) Close() error {
 		p.markClosed()
 	}
 	err := c.closeTransports(ctx)
-	// The transports are gone (their processes ended, or in-process they
-	// waited for every op), so nothing touches region memory any more.
 	c.mu.Lock()
 	regions := c.regions
 	c.regions = map[RegionID]*Region{}
+	for id, r := range c.draining {
+		regions[id] = r
+	}
+	c.draining = map[RegionID]*Region{}
 	c.mu.Unlock()
-	for _, r := range regions {
-		r.release()
+	// Plugin processes are gone once closed, so nothing of theirs touches
+	// region memory. An in-process transport that failed to close may still
+	// run ops on it: then the memory stays mapped (a leak, not corruption).
+	inProcessFailed := false
+	if err != nil {
+		for _, at := range c.active() {
+			inProcessFailed = inProcessFailed || at.plugin == nil
+		}
+	}
+	if !inProcessFailed {
+		for _, r := range regions {
+			r.release()
+		}
 	}
 	c.wg.Wait()
 	c.log.Info("kvconnect node closed", zap.String("session", c.endpoint))
@@ -412,7 +427,7 @@ func (c *Connector) Close() error {
 func (c *Connector) closeTransports(ctx context.Context) error {
 	var errs []error
 	for _, at := range c.active() {
-		if err := at.tr.Close(ctx); err != nil && !errors.Is(err, ErrTransportCrashed) {
+		if err := closeBounded(ctx, at.tr); err != nil && !errors.Is(err, ErrTransportCrashed) {
 			errs = append(errs, fmt.Errorf("connector: closing transport %s: %w", at.name, err))
 		}
 	}
@@ -435,4 +450,15 @@ func splitSession(session string) (string, string, error) {
 		return "", "", fmt.Errorf("connector: session id %q: want host:port, e.g. 10.0.0.2:15001: %w", session, ErrInvalidArgument)
 	}
 	return host, port, nil
+}
+
+// closeTimeout bounds closing a transport; a plugin that does not answer
+// in time is killed.
+const closeTimeout = 10 * time.Second
+
+// closeBounded closes tr within closeTimeout (or ctx's earlier deadline).
+func closeBounded(ctx context.Context, tr plugins.Transport) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	return tr.Close(ctx)
 }

@@ -106,7 +106,9 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 	}
 	p.refresh.Lock()
 	defer p.refresh.Unlock()
-	if l, stale, closed = p.link(); closed || (!stale && p.c.usableOn(l.at) == nil) {
+	if l, stale, closed = p.link(); closed {
+		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
+	} else if !stale && p.c.usableOn(l.at) == nil {
 		return l, nil
 	}
 	ctx, cancel := p.c.withTimeout(ctx, p.c.cfg.ConnectTimeout)
@@ -116,10 +118,21 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 		return l, fmt.Errorf("connector: reconnecting to peer %s: %w", p.session, err)
 	}
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		at.tr.Disconnect(context.Background(), id)
+		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
+	}
+	prev := p.at.name
 	p.desc, p.at, p.id, p.stale = d, at, id, false
 	l = link{at: at, id: id, desc: &p.desc}
 	p.mu.Unlock()
-	p.c.log.Info("reconnected to peer", zap.String("peer", p.session), zap.String("transport", at.name))
+	if at.name != prev {
+		p.c.log.Warn("reconnected to peer over another transport", zap.String("peer", p.session),
+			zap.String("transport", at.name), zap.String("was", prev))
+	} else {
+		p.c.log.Info("reconnected to peer", zap.String("peer", p.session), zap.String("transport", at.name))
+	}
 	return l, nil
 }
 

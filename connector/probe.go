@@ -44,7 +44,7 @@ func ProbeTransport(ctx context.Context, cfg Config, name string, opts ...Option
 	if at.plugin != nil {
 		r.Plugin = at.plugin.Path()
 	}
-	at.tr.Close(context.Background())
+	closeBounded(ctx, at.tr)
 	return r
 }
 

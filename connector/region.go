@@ -67,6 +67,9 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	defer c.regMu.Unlock()
 	transports := c.active()
 	for i, at := range transports {
+		if c.usableOn(at) != nil {
+			continue // down: a restart registers every region anew
+		}
 		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: id, Addr: r.addr, Mem: mem, File: seg.File()})
 		if err != nil {
 			for _, done := range transports[:i] {
@@ -91,29 +94,41 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 }
 
 // Free deregisters the region (waiting for ops on it to end) and unmaps
-// it. The memory must not be used afterwards.
+// it. The memory must not be used afterwards. If ctx ends while ops still
+// use the region, Free returns the error and keeps the memory mapped; call
+// Free again to finish, or Close releases it.
 func (r *Region) Free(ctx context.Context) error {
 	c := r.c
-	c.mu.Lock()
-	_, ok := c.regions[r.id]
-	delete(c.regions, r.id)
-	c.mu.Unlock()
-	if !ok {
-		return nil // already freed, or released by Close
-	}
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
+	c.mu.Lock()
+	_, registered := c.regions[r.id]
+	_, draining := c.draining[r.id]
+	delete(c.regions, r.id)
+	c.mu.Unlock()
+	if !registered && !draining {
+		return nil // already freed, or released by Close
+	}
 	var errs []error
 	for _, at := range c.active() {
-		if err := at.tr.DeregisterRegion(ctx, r.id); err != nil && c.usableOn(at) == nil {
-			// The transport is alive and may still use the memory.
+		if c.usableOn(at) != nil {
+			continue // gone: it cannot touch the memory
+		}
+		err := at.tr.DeregisterRegion(ctx, r.id)
+		if err != nil && !(draining && errors.Is(err, ErrUnknownRegion)) {
 			errs = append(errs, fmt.Errorf("connector: freeing region %d on %s: %w", r.id, at.name, err))
 		}
 	}
 	if len(errs) > 0 {
-		// Keep the mapping: an op may still use it.
+		// Keep the mapping: an op may still use it. Close releases it.
+		c.mu.Lock()
+		c.draining[r.id] = r
+		c.mu.Unlock()
 		return errors.Join(errs...)
 	}
+	c.mu.Lock()
+	delete(c.draining, r.id)
+	c.mu.Unlock()
 	r.release()
 	return nil
 }

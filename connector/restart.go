@@ -65,7 +65,7 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	for _, r := range regions {
 		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: r.id, Addr: r.addr, Mem: r.mem, File: r.seg.File()})
 		if err != nil {
-			at.tr.Close(context.Background())
+			closeBounded(context.Background(), at.tr)
 			return fmt.Errorf("registering region %d with the restarted transport: %w", r.id, err)
 		}
 		keys[r.id] = key
@@ -73,7 +73,7 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		at.tr.Close(context.Background())
+		closeBounded(context.Background(), at.tr)
 		return nil
 	}
 	replaced := false
@@ -88,12 +88,12 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	}
 	c.mu.Unlock()
 	if !replaced {
-		at.tr.Close(context.Background())
+		closeBounded(context.Background(), at.tr)
 		return nil
 	}
 	// Release what the crashed plugin left on this side (its client, the
 	// fd channel, its socket directory).
-	old.tr.Close(context.Background())
+	closeBounded(context.Background(), old.tr)
 	if at.plugin != nil {
 		c.wg.Add(1)
 		go c.watchPlugin(at)

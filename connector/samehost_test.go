@@ -25,7 +25,7 @@ func ucxSMNode(t *testing.T) *connector.Connector {
 	if _, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx"); err != nil {
 		t.Fatal(err)
 	}
-	cfg := connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir,
+	cfg := connector.Config{Protocol: "ucx", PluginDir: dir,
 		Transports: map[string]map[string]any{"ucx": {"tls": "sm"}}}
 	c, err := connector.New(context.Background(), cfg, quickExit)
 	if err != nil {
@@ -71,7 +71,7 @@ func TestOtherHostPeerSkipsSameHostOnlyTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("unshare", "--ipc", cli, "serve", "--alloc", "1MiB", "--protocol", "ucx", "--fallback", "",
+	cmd := exec.Command("unshare", "--ipc", cli, "serve", "--alloc", "1MiB", "--protocol", "ucx",
 		"--plugin-dir", filepath.Dir(cli), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_TRANSPORTS__UCX__TLS=sm")
 	cmd.Stderr = os.Stderr
@@ -119,15 +119,14 @@ func TestOtherHostPeerSkipsSameHostOnlyTransport(t *testing.T) {
 	}
 }
 
-// TestStrictNodesWithNothingInCommon: a strict ucx node that keeps no tcp
-// and a tcp node cannot meet; Open says what each side has.
+// TestStrictNodesWithNothingInCommon: a strict ucx node (which runs no tcp
+// beside ucx) and a tcp node cannot meet; Open says what each side has.
 func TestStrictNodesWithNothingInCommon(t *testing.T) {
 	dir := pluginDir(t)
 	if _, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx"); err != nil {
 		t.Fatal(err)
 	}
-	strict, err := connector.New(context.Background(), connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir},
-		connector.WithKeepTCP(false), quickExit)
+	strict, err := connector.New(context.Background(), connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir}, quickExit)
 	if err != nil {
 		t.Fatal(err)
 	}

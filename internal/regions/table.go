@@ -52,8 +52,9 @@ type snapshot struct {
 
 // Table is a set of regions. Lookups are lock-free; changes copy the table.
 type Table struct {
-	mu   sync.Mutex // serialises writers
-	snap atomic.Pointer[snapshot]
+	mu       sync.Mutex // serialises writers
+	snap     atomic.Pointer[snapshot]
+	draining map[uint64]*Entry // removed, but an access may still hold them; guarded by mu
 }
 
 func (t *Table) load() *snapshot {
@@ -100,11 +101,15 @@ func (t *Table) Add(id, addr uint64, mem []byte) error {
 	return nil
 }
 
-// Remove unregisters a region and waits until no access holds it (or ctx
-// ends, in which case the region is still gone from the table but may be
-// in use: the caller must not unmap it).
+// Remove unregisters a region and waits until no access holds it. If ctx
+// ends first, the region is gone from lookups but may still be in use: the
+// caller must not unmap it, and a later Remove of the same id waits again.
 func (t *Table) Remove(ctx context.Context, id uint64) error {
 	t.mu.Lock()
+	if e, ok := t.draining[id]; ok {
+		t.mu.Unlock()
+		return t.finish(ctx, e)
+	}
 	old := t.load()
 	e, ok := old.byID[id]
 	if !ok {
@@ -123,8 +128,23 @@ func (t *Table) Remove(ctx context.Context, id uint64) error {
 		}
 	}
 	t.snap.Store(next)
+	if t.draining == nil {
+		t.draining = map[uint64]*Entry{}
+	}
+	t.draining[id] = e
 	t.mu.Unlock()
-	return e.close(ctx)
+	return t.finish(ctx, e)
+}
+
+// finish waits for e's accesses to end and forgets it.
+func (t *Table) finish(ctx context.Context, e *Entry) error {
+	if err := e.close(ctx); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	delete(t.draining, e.ID)
+	t.mu.Unlock()
+	return nil
 }
 
 func (e *Entry) close(ctx context.Context) error {
@@ -140,7 +160,7 @@ func (e *Entry) close(ctx context.Context) error {
 	case <-e.drained:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("regions: waiting for ops on region %d to finish: %w", e.ID, ctx.Err())
+		return fmt.Errorf("regions: waiting for ops on region %d to finish: %w", e.ID, plugins.ContextError(ctx.Err()))
 	}
 }
 
@@ -149,10 +169,22 @@ func (t *Table) RemoveAll(ctx context.Context) error {
 	t.mu.Lock()
 	old := t.load()
 	t.snap.Store(&snapshot{})
+	pending := append([]*Entry(nil), old.byAddr...)
+	for _, e := range old.byAddr {
+		if t.draining == nil {
+			t.draining = map[uint64]*Entry{}
+		}
+		t.draining[e.ID] = e
+	}
+	for _, e := range t.draining {
+		if _, ok := old.byID[e.ID]; !ok {
+			pending = append(pending, e)
+		}
+	}
 	t.mu.Unlock()
 	var first error
-	for _, e := range old.byAddr {
-		if err := e.close(ctx); err != nil && first == nil {
+	for _, e := range pending {
+		if err := t.finish(ctx, e); err != nil && first == nil {
 			first = err
 		}
 	}

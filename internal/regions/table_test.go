@@ -132,3 +132,37 @@ func BenchmarkResolve(b *testing.B) {
 		}
 	})
 }
+
+// TestRemoveAgainAfterTimeout: a Remove that gives up while an access holds
+// the region leaves it draining; the next Remove waits for the access
+// instead of reporting the region unknown (which would let the caller
+// unmap memory still in use).
+func TestRemoveAgainAfterTimeout(t *testing.T) {
+	var tb Table
+	if err := tb.Add(1, 1000, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	e, _, err := tb.Resolve(1, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := tb.Remove(ctx, 1); !errors.Is(err, plugins.ErrTimeout) {
+		t.Fatalf("Remove with an access held: %v, want ErrTimeout", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tb.Remove(context.Background(), 1) }()
+	select {
+	case err := <-done:
+		t.Fatalf("second Remove returned %v while the access is still held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("second Remove after the access ended: %v", err)
+	}
+	if err := tb.Remove(context.Background(), 1); !errors.Is(err, plugins.ErrUnknownRegion) {
+		t.Fatalf("third Remove: %v, want ErrUnknownRegion", err)
+	}
+}
