@@ -132,6 +132,9 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	if p == nil || p.c != c {
 		return nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
 	}
+	if len(ops) > plugins.MaxBatchOps {
+		return nil, fmt.Errorf("connector: Submit: batch of %d ops exceeds the limit of %d: split it into several batches: %w", len(ops), plugins.MaxBatchOps, ErrInvalidArgument)
+	}
 	if err := c.usable(); err != nil {
 		return nil, err
 	}

@@ -530,3 +530,29 @@ func TestRestartGivesUp(t *testing.T) {
 		t.Fatalf("batch with the transport down: %v, want ErrTransportCrashed", err)
 	}
 }
+
+// TestLargestBatchThroughPlugin: a batch of MaxBatchOps ops works through
+// a plugin as it does in-process; one more op is refused up front.
+func TestLargestBatchThroughPlugin(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	src, dst := alloc(t, a, plugins.MaxBatchOps), alloc(t, b, plugins.MaxBatchOps)
+	transporttest.Fill(src.Bytes(), 13)
+	peer, err := a.Open(ctx, b.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]connector.Op, plugins.MaxBatchOps)
+	for i := range ops {
+		ops[i] = connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), LocalOffset: uint64(i), RemoteRegion: dst.ID(), RemoteOffset: uint64(i), Length: 1}
+	}
+	if err := a.Transfer(ctx, peer, ops...); err != nil {
+		t.Fatalf("batch of %d ops: %v", len(ops), err)
+	}
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if _, err := a.Submit(ctx, peer, append(ops, ops[0])); !errors.Is(err, connector.ErrInvalidArgument) || !strings.Contains(err.Error(), "split") {
+		t.Fatalf("batch of %d ops: %v, want ErrInvalidArgument saying to split it", len(ops)+1, err)
+	}
+}

@@ -288,11 +288,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if cfg.GRPCMaxMessageSize > 0 {
 		extraEnv = append(extraEnv, EnvGRPCMaxMessage+"="+strconv.Itoa(cfg.GRPCMaxMessageSize))
 	}
-	var dialOpts []grpc.DialOption
+	maxMsg := grpcMaxMessage
 	if cfg.GRPCMaxMessageSize > 0 {
-		dialOpts = append(dialOpts, grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(cfg.GRPCMaxMessageSize), grpc.MaxCallSendMsgSize(cfg.GRPCMaxMessageSize)))
+		maxMsg = cfg.GRPCMaxMessageSize
 	}
+	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))}
 	proc := &procRunner{ctx: ctx, cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: stderrTailMax}}
 	log := cfg.Logger.Named("plugin." + cfg.Name)
 	client := plugin.NewClient(&plugin.ClientConfig{

@@ -8,8 +8,14 @@ import (
 // opRecordSize is the size of one op in a packed TransferRequest.
 const opRecordSize = 41
 
-// MaxBatchOps bounds the ops in one batch.
-const MaxBatchOps = 1 << 20
+// MaxBatchOps bounds the ops in one batch, in-process and through a
+// plugin alike (a packed batch of this many ops is 2.7 MB, within
+// grpcMaxMessage with room for one error per op in the reply).
+const MaxBatchOps = 1 << 16
+
+// grpcMaxMessage is the gRPC message limit between host and plugin (both
+// ways) unless LaunchConfig.GRPCMaxMessageSize sets another.
+const grpcMaxMessage = 64 << 20
 
 // appendOps packs ops for the wire (see TransferRequest.ops).
 func appendOps(b []byte, ops []Op) []byte {

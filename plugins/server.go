@@ -37,11 +37,13 @@ func Serve(t Transport) {
 		}
 	}
 	var grpcOpts []grpc.ServerOption
+	maxMsg := grpcMaxMessage
 	if v := os.Getenv(EnvGRPCMaxMessage); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			grpcOpts = append(grpcOpts, grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n))
+			maxMsg = n
 		}
 	}
+	grpcOpts = append(grpcOpts, grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg))
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{APIVersion: {PluginName: &grpcPlugin{server: srv}}},
