@@ -87,6 +87,15 @@ func (r *fdReceiver) take(token uint64, timeout time.Duration) (*os.File, error)
 		return nil, fmt.Errorf("fd channel: %w", ErrClosed)
 	}
 	deadline := time.Now().Add(timeout)
+	// Tokens only grow (the host sends descriptors in order), so a stashed
+	// descriptor with an older token belongs to a registration whose call
+	// never arrived: close it rather than keep its memory alive.
+	for k, f := range r.stash {
+		if k < token {
+			f.Close()
+			delete(r.stash, k)
+		}
+	}
 	for {
 		if f, ok := r.stash[token]; ok {
 			delete(r.stash, token)

@@ -187,10 +187,12 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 
 func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {
 	err := s.impl.Close(ctx)
-	s.unmapAll()
 	if err != nil {
+		// The transport may still use region memory: keep it mapped (the
+		// process is about to end anyway).
 		return nil, toStatus(err)
 	}
+	s.unmapAll()
 	return &proto.CloseResponse{}, nil
 }
 
@@ -208,9 +210,12 @@ func (s *grpcServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.impl.Close(ctx); err != nil {
+		// Leave the regions mapped: the transport may still touch them, and
+		// the process is exiting, which unmaps them safely.
 		s.log.Warn("closing the transport at plugin exit", zap.Error(err))
+	} else {
+		s.unmapAll()
 	}
-	s.unmapAll()
 	if s.fds != nil {
 		s.fds.close()
 	}
