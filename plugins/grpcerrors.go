@@ -41,7 +41,7 @@ func errorDetail(err error) *proto.ErrorDetail {
 	if err == nil {
 		return nil
 	}
-	d := &proto.ErrorDetail{Kind: ErrorKind(err), Message: err.Error()}
+	d := &proto.ErrorDetail{Kind: ErrorKind(err), Message: err.Error(), Kinds: ErrorKinds(err)}
 	var ie *InitError
 	if errors.As(err, &ie) {
 		d.Init = &proto.InitFailure{
@@ -67,6 +67,9 @@ func fromDetail(d *proto.ErrorDetail) error {
 			ie.Err = SentinelForKind(in.WrappedKind)
 		}
 		return ie
+	}
+	if len(d.Kinds) > 1 {
+		return &remoteError{msg: d.Message, sentinel: sentinelChain(d.Kinds)}
 	}
 	return NewRemoteError(d.Kind, d.Message)
 }

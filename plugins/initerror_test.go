@@ -35,3 +35,13 @@ func TestInitErrorText(t *testing.T) {
 		t.Fatalf("without a native code: %q", got)
 	}
 }
+
+func TestErrorDetailKeepsEverySentinel(t *testing.T) {
+	out := fromDetail(errorDetail(fmt.Errorf("lost: %w: %w", ErrPeerUnreachable, ErrTimeout)))
+	if !errors.Is(out, ErrPeerUnreachable) || !errors.Is(out, ErrTimeout) || errors.Is(out, ErrClosed) {
+		t.Fatalf("round trip: %v does not match exactly its two sentinels", out)
+	}
+	if out.Error() != "lost: peer unreachable: timed out" {
+		t.Fatalf("message changed: %q", out.Error())
+	}
+}

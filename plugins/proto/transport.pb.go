@@ -959,10 +959,13 @@ func (*CloseResponse) Descriptor() ([]byte, []int) {
 // ErrorDetail travels in gRPC status details so the host can rebuild
 // errors that errors.Is the SDK's sentinels.
 type ErrorDetail struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Init          *InitFailure           `protobuf:"bytes,3,opt,name=init,proto3" json:"init,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first sentinel the error wraps.
+	Kind    string       `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message string       `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Init    *InitFailure `protobuf:"bytes,3,opt,name=init,proto3" json:"init,omitempty"`
+	// Every sentinel the error wraps.
+	Kinds         []string `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1014,6 +1017,13 @@ func (x *ErrorDetail) GetMessage() string {
 func (x *ErrorDetail) GetInit() *InitFailure {
 	if x != nil {
 		return x.Init
+	}
+	return nil
+}
+
+func (x *ErrorDetail) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
 	}
 	return nil
 }
@@ -1181,11 +1191,12 @@ const file_transport_proto_rawDesc = "" +
 	"\vbatch_error\x18\x02 \x01(\v2!.kvconnect.plugins.v1.ErrorDetailR\n" +
 	"batchError\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
-	"\rCloseResponse\"r\n" +
+	"\rCloseResponse\"\x88\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
-	"\x04init\x18\x03 \x01(\v2!.kvconnect.plugins.v1.InitFailureR\x04init\"\xf5\x01\n" +
+	"\x04init\x18\x03 \x01(\v2!.kvconnect.plugins.v1.InitFailureR\x04init\x12\x14\n" +
+	"\x05kinds\x18\x04 \x03(\tR\x05kinds\"\xf5\x01\n" +
 	"\vInitFailure\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1f\n" +
