@@ -345,7 +345,8 @@ func (c *Connector) deliver(n Notification) error {
 	}
 }
 
-// Notifications delivers messages peers sent with Notify.
+// Notifications delivers messages peers sent with Notify. It is closed by
+// Close.
 func (c *Connector) Notifications() <-chan Notification { return c.notify }
 
 // Notify sends a small message to a peer's node (Mooncake's notify), e.g.
@@ -393,6 +394,8 @@ func (c *Connector) Close() error {
 	if c.rpc != nil {
 		c.rpc.close()
 	}
+	// No handshake handler runs any more, so nothing sends on notify.
+	close(c.notify)
 	for _, p := range peers {
 		p.markClosed()
 	}

@@ -556,3 +556,19 @@ func TestLargestBatchThroughPlugin(t *testing.T) {
 		t.Fatalf("batch of %d ops: %v, want ErrInvalidArgument saying to split it", len(ops)+1, err)
 	}
 }
+
+func TestNotificationsClosedByClose(t *testing.T) {
+	a, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	select {
+	case _, ok := <-a.Notifications():
+		if ok {
+			t.Fatal("a notification arrived after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Notifications is still open after Close")
+	}
+}

@@ -150,6 +150,11 @@ type rpcServer struct {
 	wg    sync.WaitGroup
 }
 
+// maxHandshakeConns bounds the handshake connections served at once; more
+// are closed at accept, so a flood cannot make the node buffer unbounded
+// frames.
+const maxHandshakeConns = 64
+
 func (s *rpcServer) serve() {
 	defer s.wg.Done()
 	for {
@@ -165,6 +170,12 @@ func (s *rpcServer) serve() {
 			s.mu.Unlock()
 			nc.Close()
 			return
+		}
+		if len(s.conns) >= maxHandshakeConns {
+			s.mu.Unlock()
+			s.log.Warn("too many handshake connections at once; refusing one", zap.String("remote", nc.RemoteAddr().String()), zap.Int("limit", maxHandshakeConns))
+			nc.Close()
+			continue
 		}
 		s.conns[nc] = struct{}{}
 		s.wg.Add(1)

@@ -65,7 +65,10 @@ and status as JSON on stdout, and serves peers until SIGINT or SIGTERM.`,
 				case <-ctx.Done():
 					log.Info("shutting down")
 					return nil
-				case n := <-c.Notifications():
+				case n, ok := <-c.Notifications():
+					if !ok {
+						return nil
+					}
 					log.Info("notification", zap.String("from", n.From), zap.String("name", n.Name), zap.String("msg", n.Msg))
 				}
 			}

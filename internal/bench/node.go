@@ -326,7 +326,10 @@ func (t *Target) Serve(ctx context.Context, report func(TargetEvent)) {
 		select {
 		case <-ctx.Done():
 			return
-		case n := <-t.Node.C.Notifications():
+		case n, ok := <-t.Node.C.Notifications():
+			if !ok {
+				return // the node closed
+			}
 			if n.Name != notifyVerify && n.Name != notifyFill {
 				continue
 			}
@@ -376,7 +379,10 @@ func ask(ctx context.Context, init *Node, session, name string, req benchRequest
 		case <-timer.C:
 			return benchReply{}, fmt.Errorf("--verify: no answer from %s within %v; is it a kvconnect bench --mode target? It answers this node's session %s (set --hostname so the target can reach it)",
 				session, ReplyTimeout, init.C.Endpoint())
-		case n := <-init.C.Notifications():
+		case n, ok := <-init.C.Notifications():
+			if !ok {
+				return benchReply{}, fmt.Errorf("--verify: the node closed before %s answered", session)
+			}
 			if n.Name != notifyReply {
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -90,10 +91,20 @@ func (tc *targetConn) serve() {
 					return
 				}
 			} else {
+				// A payload that is not buffered yet is read under a deadline,
+				// so a peer that dies mid-write cannot hold the region (and a
+				// Deregister waiting for it) until TCP keepalive gives up.
+				wait := uint64(br.Buffered()) < h.Length
+				if wait {
+					tc.nc.SetReadDeadline(time.Now().Add(time.Duration(t.opts.OpTimeout)))
+				}
 				_, err := io.ReadFull(br, mem)
 				e.Release()
 				if err != nil {
 					return
+				}
+				if wait {
+					tc.nc.SetReadDeadline(time.Time{})
 				}
 			}
 			if err := fw.frame(&resp, nil, nil); err != nil {

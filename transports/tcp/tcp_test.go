@@ -353,3 +353,30 @@ func TestConcurrentRedialsShareOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerStallingMidWriteReleasesRegion: a peer that sends a WRITE header
+// and part of its payload, then nothing, must not hold the region: after
+// op_timeout the target drops the connection and Deregister completes.
+func TestPeerStallingMidWriteReleasesRegion(t *testing.T) {
+	b := transporttest.NewNode(t, inproc(`{"op_timeout":"300ms"}`), "b")
+	dst := b.Alloc(t, 1<<20, 0)
+	nc, err := net.Dial("tcp", string(b.Endpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var hb [wire.HeaderSize]byte
+	(&wire.Header{Op: wire.OpWrite, ReqID: 1, Region: uint64(dst.ID), Length: 1 << 20}).Encode(hb[:])
+	nc.Write(hb[:])
+	nc.Write(make([]byte, 100)) // then stall, connection open
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := b.T.DeregisterRegion(ctx, dst.ID); err != nil {
+		t.Fatalf("Deregister while a peer stalls mid-write: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Deregister took %v; the stalled write should be dropped after op_timeout (300ms)", took)
+	}
+}
