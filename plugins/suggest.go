@@ -4,8 +4,9 @@ import "strings"
 
 // Closest returns the candidate nearest to s, ignoring case, when it is
 // near enough to be a typo of it: at most 2 edits (a swap of two adjacent
-// letters counts as one) and fewer than half of s. It returns "" when none
-// is, or when s is itself a candidate. Ties go to the earlier candidate.
+// letters counts as one) and fewer than half of s; failing that, the only
+// candidate that s (3 letters or more) begins. It returns "" when none is,
+// or when s is itself a candidate. Ties go to the earlier candidate.
 // Transports use it for "did you mean" hints.
 func Closest(s string, candidates []string) string {
 	ls := strings.ToLower(s)
@@ -17,6 +18,17 @@ func Closest(s string, candidates []string) string {
 		}
 		if bestD < 0 || d < bestD {
 			best, bestD = c, d
+		}
+	}
+	if best != "" || len([]rune(s)) < 3 {
+		return best
+	}
+	for _, c := range candidates { // "npu" -> "npu_id"
+		if lc := strings.ToLower(c); strings.HasPrefix(lc, ls) && lc != ls {
+			if best != "" {
+				return "" // ambiguous
+			}
+			best = c
 		}
 	}
 	return best
