@@ -40,19 +40,19 @@ $(TOOLS)/protoc-gen-go:
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## generate: regenerate plugins/proto from transport.proto (protoc $(PROTOC_VERSION), pinned plugins)
+## generate: regenerate internal/pluginrpc/proto from transport.proto (protoc $(PROTOC_VERSION), pinned plugins)
 generate: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 	@command -v protoc >/dev/null || { echo "protoc not found: run make deps"; exit 1; }
 	@v=$$(protoc --version | awk '{print $$2}'); [ "$$v" = "$(PROTOC_VERSION)" ] || \
 		{ echo "protoc $$v found, $(PROTOC_VERSION) needed for byte-identical output (Debian bookworm's protobuf-compiler)"; exit 1; }
-	protoc -I plugins/proto \
-		--go_out=paths=source_relative:plugins/proto \
-		--go-grpc_out=paths=source_relative:plugins/proto \
-		plugins/proto/transport.proto
+	protoc -I internal/pluginrpc/proto \
+		--go_out=paths=source_relative:internal/pluginrpc/proto \
+		--go-grpc_out=paths=source_relative:internal/pluginrpc/proto \
+		internal/pluginrpc/proto/transport.proto
 
 ## check-generate: fail if the checked-in generated code differs from make generate
 check-generate: generate
-	@git diff --exit-code -- plugins/proto || { echo "plugins/proto is out of date: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- internal/pluginrpc/proto || { echo "internal/pluginrpc/proto is out of date: run make generate and commit"; exit 1; }
 
 ## demo: build everything and run the prefill/decode demo on loopback
 demo: build

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // checker collects the problems of a converted Config. Validate runs it on
@@ -161,10 +162,10 @@ func (ck *checker) transport(key, name string, value any, pluginDir string) {
 		return
 	}
 	sugg := closest(name, KnownTransports)
-	if _, _, err := plugins.FindPlugin(name, pluginDir); err == nil {
+	if _, _, err := host.FindPlugin(name, pluginDir); err == nil {
 		return
 	}
-	bin := plugins.BinaryPrefix + name
+	bin := host.BinaryPrefix + name
 	if sugg != "" {
 		ck.add(&Problem{Key: key, Value: value,
 			Reason:  entry + "unknown transport, and no plugin " + bin + " is installed",

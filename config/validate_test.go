@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // TestValidationProblems: each kind of bad input is a problem naming the
@@ -188,8 +189,8 @@ func TestWarnings(t *testing.T) {
 // is fine when its plugin is installed.
 func TestThirdPartyPluginInPluginDir(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, plugins.BinaryPrefix+"ucx2", "#!/bin/sh\n")
-	if err := chmodX(dir + "/" + plugins.BinaryPrefix + "ucx2"); err != nil {
+	writeFile(t, dir, host.BinaryPrefix+"ucx2", "#!/bin/sh\n")
+	if err := chmodX(dir + "/" + host.BinaryPrefix + "ucx2"); err != nil {
 		t.Fatal(err)
 	}
 	_, ps := loadErr(t, Options{Flags: flags(t, "--protocol", "ucx2")})

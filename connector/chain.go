@@ -10,43 +10,20 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/transports"
 )
 
-// DefaultFallback is the chain tried after each protocol when the config
-// leaves fallback unset (see docs/FALLBACK.md for why).
-var DefaultFallback = map[string][]string{
-	"rdma":   {"tcp"},
-	"efa":    {"tcp"},
-	"ascend": {"tcp"},
-	"ucx":    {"tcp"},
-	"tcp":    {},
-}
-
-// Chain is the ordered list of transports New tries for cfg: protocol,
-// then each fallback entry, each once. A nil cfg.Fallback means
-// DefaultFallback[protocol] (tcp for a protocol it does not know); an
-// empty one is strict mode.
+// Chain is the ordered list of transports New tries for cfg, with the
+// builtin catalog's default chains: protocol, then each fallback entry,
+// each once. A nil cfg.Fallback means the protocol's default chain (tcp
+// for a protocol the catalog does not know); an empty one is strict mode.
+// It is transports.Builtin().Chain with cfg's defaults filled in.
 func Chain(cfg Config) []string {
 	cfg = cfg.WithDefaults()
-	fb := cfg.Fallback
-	if fb == nil {
-		var ok bool
-		if fb, ok = DefaultFallback[cfg.Protocol]; !ok {
-			fb = []string{"tcp"}
-		}
-	}
-	out := []string{cfg.Protocol}
-	for _, name := range fb {
-		dup := false
-		for _, o := range out {
-			dup = dup || o == name
-		}
-		if !dup {
-			out = append(out, name)
-		}
-	}
-	return out
+	return transports.Builtin().Chain(cfg.Protocol, cfg.Fallback)
 }
 
 // Attempt is one try at bringing a transport up.
@@ -75,7 +52,7 @@ func diagnosisOf(err error) *Diagnosis {
 	if err == nil {
 		return nil
 	}
-	d := &Diagnosis{Message: err.Error(), Kind: plugins.ErrorKind(err)}
+	d := &Diagnosis{Message: err.Error(), Kind: errdefs.Kind(err)}
 	var ie *plugins.InitError
 	if errors.As(err, &ie) {
 		d.Step, d.NativeCode, d.NativeName, d.Cause, d.Hints = ie.Step, ie.NativeCode, ie.NativeName, ie.Cause, ie.Hints
@@ -135,7 +112,7 @@ func fallsBack(err error) bool {
 }
 
 // asInitError makes every failure a diagnosis with a transport and a step.
-func asInitError(name string, p *plugins.Plugin, err error) error {
+func asInitError(name string, p *host.Plugin, err error) error {
 	var ie *plugins.InitError
 	if errors.As(err, &ie) {
 		if ie.Transport == "" {
@@ -145,7 +122,7 @@ func asInitError(name string, p *plugins.Plugin, err error) error {
 	}
 	step, cause := "init", err.Error()
 	if errors.Is(err, ErrTransportCrashed) {
-		step = plugins.StepInitPluginCrash
+		step = errdefs.StepInitPluginCrash
 		if p != nil {
 			if tail := p.StderrTail(); tail != "" {
 				cause += "; its stderr ends with:\n" + tail
@@ -165,14 +142,21 @@ const initTimeout = 60 * time.Second
 func (c *Connector) startTransport(ctx context.Context, name string) (*activeTransport, error) {
 	at := &activeTransport{name: name}
 	var tr plugins.Transport
-	if f, ok := c.opts.inProcess[name]; ok {
-		tr = f()
+	if c.opts.inProcess[name] {
+		reg, ok := c.opts.catalog.Lookup(name)
+		if !ok || reg.New == nil {
+			return nil, &errdefs.InitError{Transport: name, Step: errdefs.StepConfigure,
+				Cause: fmt.Sprintf("asked to run %s in-process, but the transport catalog has no in-process factory for it", name),
+				Hints: []string{"add one with transports.Catalog.WithFactory and connector.WithCatalog, or let it run as a plugin"},
+				Err:   ErrInvalidArgument}
+		}
+		tr = reg.New()
 	} else {
-		lc := plugins.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log, StartTimeout: c.cfg.PluginStartTimeout}
+		lc := host.LaunchConfig{Name: name, PluginDir: c.cfg.PluginDir, Logger: c.log, StartTimeout: c.cfg.PluginStartTimeout}
 		if c.opts.launchHook != nil {
 			c.opts.launchHook(&lc)
 		}
-		p, err := plugins.Launch(ctx, lc)
+		p, err := host.Launch(ctx, lc)
 		if err != nil {
 			return nil, asInitError(name, nil, err)
 		}
@@ -182,9 +166,9 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 	at.tr = tr
 	info, err := tr.Info(ctx)
 	if err == nil && info.Name != name {
-		err = &plugins.InitError{Transport: name, Step: plugins.StepHandshake,
+		err = &errdefs.InitError{Transport: name, Step: errdefs.StepHandshake,
 			Cause: fmt.Sprintf("the plugin for %s says it is transport %q", name, info.Name),
-			Hints: []string{fmt.Sprintf("check that %s%s is the right binary", plugins.BinaryPrefix, name)},
+			Hints: []string{fmt.Sprintf("check that %s%s is the right binary", host.BinaryPrefix, name)},
 			Err:   fmt.Errorf("%w: %w", ErrUnavailable, ErrProtocol)}
 	}
 	if err == nil {
@@ -221,7 +205,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 // unless it is tcp already or keep_tcp is off, tcp as well so peers that
 // fell back can still reach this node.
 func (c *Connector) startChain(ctx context.Context) error {
-	chain := Chain(c.cfg)
+	chain := c.opts.catalog.Chain(c.cfg.Protocol, c.cfg.Fallback)
 	strict := c.cfg.Fallback != nil && len(c.cfg.Fallback) == 0
 	for i, name := range chain {
 		start := time.Now()

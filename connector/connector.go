@@ -25,7 +25,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/config"
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/transports"
 )
 
 // Config is a node's configuration; see package config for the fields,
@@ -49,31 +52,48 @@ const (
 	OpWrite = plugins.OpWrite
 )
 
-// TransportFactory makes an in-process transport.
-type TransportFactory func() plugins.Transport
-
 // Option configures New.
 type Option func(*options)
 
 type options struct {
 	log        *zap.Logger
-	inProcess  map[string]TransportFactory
-	launchHook func(*plugins.LaunchConfig)
+	catalog    *transports.Catalog
+	inProcess  map[string]bool
+	launchHook func(*host.LaunchConfig)
 	keepTCP    bool
+}
+
+func newOptions(opts []Option) options {
+	o := options{log: zap.NewNop(), catalog: transports.Builtin(), inProcess: map[string]bool{}, keepTCP: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // WithLogger sets the logger. Default: no logging.
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithInProcessTransport runs the named transport inside this process
-// (from f) instead of as a plugin subprocess.
-func WithInProcessTransport(name string, f TransportFactory) Option {
-	return func(o *options) { o.inProcess[name] = f }
+// WithCatalog sets the transport catalog the node reads its transports'
+// default fallback chains and in-process factories from. Default:
+// transports.Builtin().
+func WithCatalog(c *transports.Catalog) Option { return func(o *options) { o.catalog = c } }
+
+// WithInProcess runs the named transports inside this process, made by
+// their catalog registration's New, instead of as plugin subprocesses. A
+// name whose registration has no factory fails New with
+// ErrInvalidArgument (add one with transports.Catalog.WithFactory).
+func WithInProcess(names ...string) Option {
+	return func(o *options) {
+		for _, n := range names {
+			o.inProcess[n] = true
+		}
+	}
 }
 
 // WithLaunchHook lets the caller adjust how plugin processes are launched
 // (extra environment, gRPC message limits).
-func WithLaunchHook(h func(*plugins.LaunchConfig)) Option {
+func WithLaunchHook(h func(*host.LaunchConfig)) Option {
 	return func(o *options) { o.launchHook = h }
 }
 
@@ -87,7 +107,7 @@ func WithKeepTCP(keep bool) Option { return func(o *options) { o.keepTCP = keep 
 type activeTransport struct {
 	name   string
 	tr     plugins.Transport
-	plugin *plugins.Plugin // nil when in-process
+	plugin *host.Plugin // nil when in-process
 	info   plugins.Info
 	res    plugins.InitResult
 
@@ -170,10 +190,7 @@ type Status struct {
 // RPC port. If none works it returns a *ChainError listing every attempt.
 // Close releases everything.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
-	o := options{log: zap.NewNop(), inProcess: map[string]TransportFactory{}, keepTCP: true}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -438,13 +455,13 @@ func (c *Connector) closeTransports(ctx context.Context) error {
 }
 
 // kindOf is the wire kind of err for handshake error replies.
-func kindOf(err error) string { return plugins.ErrorKind(err) }
+func kindOf(err error) string { return errdefs.Kind(err) }
 
 func remoteError(session string, er errorReply) error {
-	return plugins.NewRemoteError(er.Kind, fmt.Sprintf("connector: peer %s: %s", session, er.Error))
+	return errdefs.Remote(fmt.Sprintf("connector: peer %s: %s", session, er.Error), er.Kind)
 }
 
-func contextError(err error) error { return plugins.ContextError(err) }
+func contextError(err error) error { return errdefs.FromContext(err) }
 
 // splitSession checks a session id (host:port) and returns its parts.
 func splitSession(session string) (string, string, error) {

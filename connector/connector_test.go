@@ -21,8 +21,8 @@ import (
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
-	"github.com/kvconnect/kvconnect/transports/tcp"
 )
 
 func TestMain(m *testing.M) {
@@ -45,7 +45,7 @@ func pluginDir(t *testing.T) string {
 	return filepath.Dir(bin)
 }
 
-var quickExit = connector.WithLaunchHook(func(lc *plugins.LaunchConfig) {
+var quickExit = connector.WithLaunchHook(func(lc *host.LaunchConfig) {
 	lc.Env = append(lc.Env, "GORACE=atexit_sleep_ms=0")
 })
 
@@ -142,7 +142,7 @@ func TestEndToEndPlugin(t *testing.T) {
 // shows the cap is in force.
 func TestNoPayloadInGRPC(t *testing.T) {
 	const limit = 16 << 10
-	capGRPC := connector.WithLaunchHook(func(lc *plugins.LaunchConfig) {
+	capGRPC := connector.WithLaunchHook(func(lc *host.LaunchConfig) {
 		lc.GRPCMaxMessageSize = limit
 		lc.Env = append(lc.Env, "GORACE=atexit_sleep_ms=0")
 	})
@@ -322,7 +322,7 @@ func TestCloseReleasesPluginAndRejectsUse(t *testing.T) {
 
 func TestInProcessTransport(t *testing.T) {
 	ctx := context.Background()
-	inproc := connector.WithInProcessTransport("tcp", func() plugins.Transport { return tcp.New() })
+	inproc := connector.WithInProcess("tcp")
 	a, err := connector.New(ctx, connector.Config{Protocol: "tcp"}, inproc)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestInProcessTransport(t *testing.T) {
 
 func TestPluginNotFoundNamesSearchedPaths(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(plugins.EnvPluginDir, "")
+	t.Setenv(host.EnvPluginDir, "")
 	_, err := connector.New(context.Background(), connector.Config{Protocol: "nosuch", PluginDir: dir})
 	if !errors.Is(err, connector.ErrPluginNotFound) {
 		t.Fatalf("got %v, want ErrPluginNotFound", err)
@@ -501,7 +501,7 @@ func TestRestartGivesUp(t *testing.T) {
 	if err := os.WriteFile(mine, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(plugins.EnvPluginDir, "")
+	t.Setenv(host.EnvPluginDir, "")
 	t.Setenv("PATH", dir)
 	ctx := context.Background()
 	b := newNode(t)

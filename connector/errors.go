@@ -4,25 +4,26 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
-// Sentinel errors. They are the SDK's sentinels (package plugins), so
-// errors.Is works whichever package a caller names them from.
+// Sentinel errors. They are package errdefs' sentinels, so errors.Is
+// works whichever package a caller names them from.
 var (
-	ErrUnavailable      = plugins.ErrUnavailable
-	ErrInvalidArgument  = plugins.ErrInvalidArgument
-	ErrOutOfBounds      = plugins.ErrOutOfBounds
-	ErrUnknownRegion    = plugins.ErrUnknownRegion
-	ErrUnknownPeer      = plugins.ErrUnknownPeer
-	ErrPeerUnreachable  = plugins.ErrPeerUnreachable
-	ErrTimeout          = plugins.ErrTimeout
-	ErrCanceled         = plugins.ErrCanceled
-	ErrTransportCrashed = plugins.ErrTransportCrashed
-	ErrClosed           = plugins.ErrClosed
-	ErrNotSupported     = plugins.ErrNotSupported
-	ErrProtocol         = plugins.ErrProtocol
-	ErrPluginNotFound   = plugins.ErrPluginNotFound
+	ErrUnavailable      = errdefs.ErrUnavailable
+	ErrInvalidArgument  = errdefs.ErrInvalidArgument
+	ErrOutOfBounds      = errdefs.ErrOutOfBounds
+	ErrUnknownRegion    = errdefs.ErrUnknownRegion
+	ErrUnknownPeer      = errdefs.ErrUnknownPeer
+	ErrPeerUnreachable  = errdefs.ErrPeerUnreachable
+	ErrTimeout          = errdefs.ErrTimeout
+	ErrCanceled         = errdefs.ErrCanceled
+	ErrTransportCrashed = errdefs.ErrTransportCrashed
+	ErrClosed           = errdefs.ErrClosed
+	ErrNotSupported     = errdefs.ErrNotSupported
+	ErrProtocol         = errdefs.ErrProtocol
+	ErrPluginNotFound   = errdefs.ErrPluginNotFound
+	ErrUnauthenticated  = errdefs.ErrUnauthenticated
 
 	// ErrNoCommonTransport means the peer has none of the transports this
 	// node has up (Mooncake's NotSupportedTransport).

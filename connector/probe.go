@@ -4,9 +4,7 @@ import (
 	"context"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // ProbeResult is what ProbeTransport learned about one transport.
@@ -26,15 +24,12 @@ type ProbeResult struct {
 // launch, handshake, Init with cfg's settings and options), records the
 // outcome, and closes it again. It is what `kvconnect doctor` runs.
 func ProbeTransport(ctx context.Context, cfg Config, name string, opts ...Option) ProbeResult {
-	o := options{log: zap.NewNop(), inProcess: map[string]TransportFactory{}}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	c := &Connector{cfg: cfg.WithDefaults(), opts: o, log: o.log}
 	start := time.Now()
 	at, err := c.startTransport(ctx, name)
 	r := ProbeResult{Transport: name, Duration: time.Since(start), Err: err, Diagnosis: diagnosisOf(err)}
-	if path, _, ferr := plugins.FindPlugin(name, cfg.PluginDir); ferr == nil {
+	if path, _, ferr := host.FindPlugin(name, cfg.PluginDir); ferr == nil {
 		r.Plugin = path
 	}
 	if err != nil {
@@ -47,6 +42,3 @@ func ProbeTransport(ctx context.Context, cfg Config, name string, opts ...Option
 	closeBounded(ctx, at.tr)
 	return r
 }
-
-// KnownTransports are the transports kvconnect ships.
-var KnownTransports = []string{"rdma", "ucx", "efa", "ascend", "tcp"}

@@ -16,8 +16,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
-	"github.com/kvconnect/kvconnect/plugins"
-	"github.com/kvconnect/kvconnect/transports/tcp"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // wedgedPeer serves a P2P handshake whose descriptor points at a tcp data
@@ -82,7 +81,7 @@ func mapped(t *testing.T, name string) bool {
 func TestFreeWhileInUse(t *testing.T) {
 	ctx := context.Background()
 	c, err := connector.New(ctx, connector.Config{Protocol: "tcp", Transports: map[string]map[string]any{"tcp": {"op_timeout": "600ms"}}},
-		connector.WithInProcessTransport("tcp", func() plugins.Transport { return tcp.New() }))
+		connector.WithInProcess("tcp"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestAllocWithASecondaryTransportDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv(plugins.EnvPluginDir, "")
+	t.Setenv(host.EnvPluginDir, "")
 	t.Setenv("PATH", dir)
 	ctx := context.Background()
 	c, err := connector.New(ctx, connector.Config{Protocol: "ucx", Fallback: []string{"tcp"}, PluginDir: dir}, quickExit)

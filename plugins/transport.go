@@ -1,9 +1,17 @@
-// Package plugins is kvconnect's transport plugin SDK: the Transport
-// interface every transport implements, Serve for plugin executables, and
-// the host-side launcher that starts a plugin binary and speaks to it over
-// gRPC (hashicorp/go-plugin).
+// Package plugins is kvconnect's transport SDK: what a transport author
+// imports, and nothing else. It holds the Transport contract and its
+// types, the sentinels and InitError a transport returns, DecodeOptions
+// for a transport's options, Lifecycle (the state guard every transport
+// needs), and Serve, which runs a transport as a plugin process.
 //
-// Only control messages cross the plugin's gRPC socket. KV bytes live in
+// The host side (finding, launching, diagnosing and watching plugin
+// processes) lives in package plugins/host, which plugin binaries do not
+// link. The region table every memory owner uses to bounds-check incoming
+// ops is package plugins/regions; the conformance suite is
+// plugins/transporttest. docs/WRITING-A-TRANSPORT.md walks through
+// writing one.
+//
+// Only control messages cross a plugin's gRPC socket. KV bytes live in
 // shared-memory regions that the host maps and hands to the plugin by file
 // descriptor, so a transport running as a subprocess reads and writes the
 // same memory as the host.
@@ -15,14 +23,22 @@ import (
 	"os"
 
 	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 )
 
-// APIVersion is the version of the Transport interface and its gRPC
-// protocol. It is the go-plugin protocol version of the handshake.
-const APIVersion = 1
+// APIVersion is the version of the Transport contract and of its gRPC
+// protocol (the go-plugin protocol version of the handshake). A transport
+// reports it in Info.
+const APIVersion = pluginrpc.ProtocolVersion
+
+// MaxBatchOps bounds the ops of one Transfer, in-process and through a
+// plugin alike.
+const MaxBatchOps = pluginrpc.MaxOps
 
 // RegionID names a registered region within one node. 0 is never a valid
-// id: in an Op, RemoteRegion 0 means RemoteOffset is an absolute address.
+// id: in an Op, RemoteRegion 0 means RemoteOffset is an absolute address
+// (and LocalRegion 0 that LocalOffset is one).
 type RegionID uint64
 
 // PeerID is a transport's handle for a connected peer.
@@ -50,7 +66,9 @@ func (k OpKind) String() string {
 
 // Op is one transfer between a local region and a peer's memory.
 type Op struct {
-	Kind        OpKind
+	Kind OpKind
+	// LocalRegion is a region registered with this transport, or 0 when
+	// LocalOffset is an absolute address inside one.
 	LocalRegion RegionID
 	LocalOffset uint64
 	// RemoteRegion is the peer's region id, or 0 when RemoteOffset is an
@@ -126,10 +144,15 @@ type InitRequest struct {
 	Metadata   string // "P2PHANDSHAKE" or a metadata service URL
 	Protocol   string // the protocol the user asked for
 	DeviceName string // device_name as configured (may be empty = auto)
-	// Options is the transport's own config subtree as a JSON object.
+	// BindAddress is the local address the node listens on ("" = every
+	// interface): a transport that listens binds the same address.
+	BindAddress string
+	// Options is the transport's own config subtree as a JSON object
+	// (decode it with DecodeOptions); nil or empty when none is set.
 	Options []byte
-	// Logger is where the transport logs; not sent over the wire (a plugin
-	// gets a logger that forwards to the host).
+	// Logger is where the transport logs. It may be nil: log nowhere then
+	// (zap.NewNop). It does not cross the wire: a plugin gets a logger that
+	// forwards to the host's.
 	Logger *zap.Logger
 }
 
@@ -141,40 +164,75 @@ type InitResult struct {
 	Summary string
 }
 
+// Transport is what every transport implements, in-process or behind a
+// plugin process. The host drives it in this order:
+//
+//  1. Info, at any time, even before Init and after Close.
+//  2. Init, once. A transport that cannot run on this host returns an
+//     error wrapping ErrUnavailable, preferably an *InitError; the host
+//     then tries the next transport of its fallback chain. A second Init
+//     fails with ErrInvalidArgument, Init after Close with ErrClosed.
+//  3. RegisterRegion, DeregisterRegion, Connect, Disconnect and Transfer,
+//     any number of times, from many goroutines at once. Before Init they
+//     fail with ErrNotInitialized, after Close with ErrClosed.
+//  4. Close, once or more, possibly while other calls are in flight.
+//
+// Concurrency: every method may be called concurrently with every other,
+// including several Transfers on the same peer; a transport does its own
+// locking. Errors wrap the package's sentinels (with %w) so the host can
+// tell them apart with errors.Is.
+//
+// The owner's duty: a transport serves peers' ops on its registered
+// regions. Before it touches memory for an incoming op it must check that
+// [offset, offset+length) lies inside one region registered with it (by id,
+// or by absolute address when the region id is 0), and refuse the op with
+// ErrOutOfBounds or ErrUnknownRegion otherwise, touching nothing. The
+// region table in plugins/regions does exactly that; use it.
+type Transport interface {
+	Lifecycle
+	DataPath
+}
+
 // Lifecycle is the part of a transport that starts and stops it.
 type Lifecycle interface {
+	// Info describes the transport. It may be called at any time; the
+	// capabilities it reports after Init may depend on what Init selected.
 	Info(ctx context.Context) (Info, error)
-	// Init brings the transport up. A transport that cannot run on this
-	// host returns an error wrapping ErrUnavailable, preferably an
-	// *InitError.
+	// Init brings the transport up: it parses req.Options, probes devices,
+	// binds listeners and returns the endpoint peers will connect to. It
+	// is bounded by ctx.
 	Init(ctx context.Context, req InitRequest) (InitResult, error)
-	// Close releases everything. It is idempotent.
+	// Close releases everything: ops in flight fail with ErrClosed, peers
+	// are disconnected, listeners and goroutines stop, and no region's
+	// memory is touched once it returns. It is idempotent and bounded by
+	// ctx.
 	Close(ctx context.Context) error
 }
 
 // DataPath is the part of a transport that moves bytes.
 type DataPath interface {
-	// RegisterRegion makes r available to local ops and to peers. The
-	// returned key is published to peers in RemoteRegion.Key.
+	// RegisterRegion makes r available to local ops and to peers. Region
+	// ids are unique and address ranges may not overlap: a duplicate id or
+	// an overlapping range fails with ErrInvalidArgument. The returned key
+	// is published to peers in RemoteRegion.Key.
 	RegisterRegion(ctx context.Context, r Region) (key []byte, err error)
-	// DeregisterRegion waits for ops using the region to finish, then
-	// forgets it; after it returns the transport no longer touches r.Mem.
+	// DeregisterRegion waits for ops using the region (local ones and
+	// peers' ones being served) to finish, then forgets it; after it
+	// returns the transport no longer touches r.Mem. An unknown id fails
+	// with ErrUnknownRegion. If ctx ends first it returns the context's
+	// error (ErrTimeout or ErrCanceled): the region is no longer reachable
+	// but may still be in use, and a later call waits again.
 	DeregisterRegion(ctx context.Context, id RegionID) error
 	// Connect opens a peer.
 	Connect(ctx context.Context, peer PeerInfo) (PeerID, error)
 	// Disconnect closes a peer; its ops in flight fail.
 	Disconnect(ctx context.Context, id PeerID) error
 	// Transfer runs a batch of ops against a peer and fills results, one
-	// per op, before it returns. It returns a non-nil error only when the
+	// per op, before it returns; it does not touch results afterwards. It
+	// returns soon after ctx ends, failing the ops still running with
+	// ErrTimeout or ErrCanceled. It returns a non-nil error only when the
 	// batch as a whole could not run; results then carry that error too.
 	Transfer(ctx context.Context, peer PeerID, ops []Op, results []OpResult) error
-}
-
-// Transport is what every transport implements, in-process or behind a
-// plugin process.
-type Transport interface {
-	Lifecycle
-	DataPath
 }
 
 // FillResults sets every result to err. Transports use it when a batch

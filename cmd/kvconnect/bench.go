@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/kvconnect/kvconnect/cmd/kvconnect/internal/bench"
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/bench"
 	"github.com/kvconnect/kvconnect/internal/units"
 )
 

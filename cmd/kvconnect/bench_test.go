@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/bench"
+	"github.com/kvconnect/kvconnect/cmd/kvconnect/internal/bench"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 

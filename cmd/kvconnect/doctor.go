@@ -16,6 +16,7 @@ import (
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/units"
 	"github.com/kvconnect/kvconnect/internal/version"
+	"github.com/kvconnect/kvconnect/transports"
 )
 
 func init() { subcommands = append(subcommands, newDoctorCommand) }
@@ -104,11 +105,12 @@ transport, 1 otherwise.`,
 
 func runDoctor(cmd *cobra.Command, cfg connector.Config) DoctorReport {
 	ctx := cmd.Context()
-	chain := connector.Chain(cfg)
+	catalog := transports.Builtin()
+	chain := catalog.Chain(cfg.WithDefaults().Protocol, cfg.Fallback)
 	rep := DoctorReport{SchemaVersion: 1, Version: version.Version,
 		Config: DoctorConfig{Protocol: cfg.WithDefaults().Protocol, Fallback: cfg.Fallback, Strict: cfg.Fallback != nil && len(cfg.Fallback) == 0,
 			Chain: chain, DeviceName: cfg.DeviceName, PluginDir: cfg.PluginDir}}
-	names := append([]string(nil), connector.KnownTransports...)
+	names := catalog.Names()
 	for _, n := range chain {
 		if !contains(names, n) {
 			names = append(names, n)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // Output of ucp_context_print_info from UCX 1.13.1 with UCX_TLS=sm.
@@ -82,16 +82,16 @@ func TestStatusErrors(t *testing.T) {
 		s    Status
 		want error
 	}{
-		{ErrUnreachable, plugins.ErrPeerUnreachable},
-		{ErrConnectionReset, plugins.ErrPeerUnreachable},
-		{ErrEndpointTimeout, plugins.ErrPeerUnreachable},
-		{Status(-45), plugins.ErrPeerUnreachable}, // a link failure
-		{ErrTimedOut, plugins.ErrTimeout},
-		{ErrCanceled, plugins.ErrCanceled},
-		{ErrInvalidParam, plugins.ErrInvalidArgument},
-		{ErrUnsupported, plugins.ErrNotSupported},
-		{ErrNoDevice, plugins.ErrUnavailable},
-		{ErrNoMemory, plugins.ErrInternal},
+		{ErrUnreachable, errdefs.ErrPeerUnreachable},
+		{ErrConnectionReset, errdefs.ErrPeerUnreachable},
+		{ErrEndpointTimeout, errdefs.ErrPeerUnreachable},
+		{Status(-45), errdefs.ErrPeerUnreachable}, // a link failure
+		{ErrTimedOut, errdefs.ErrTimeout},
+		{ErrCanceled, errdefs.ErrCanceled},
+		{ErrInvalidParam, errdefs.ErrInvalidArgument},
+		{ErrUnsupported, errdefs.ErrNotSupported},
+		{ErrNoDevice, errdefs.ErrUnavailable},
+		{ErrNoMemory, errdefs.ErrInternal},
 	} {
 		err := c.s.Error("ucp_put_nbx")
 		if !errors.Is(err, c.want) {
@@ -111,7 +111,7 @@ func TestStatusErrors(t *testing.T) {
 
 func TestLoadErrorWrapsUnavailable(t *testing.T) {
 	err := error(&LoadError{Library: Library, Detail: "libucp.so.0: cannot open shared object file: No such file or directory", Hints: loadHints()})
-	if !errors.Is(err, plugins.ErrUnavailable) || !strings.Contains(err.Error(), Library) {
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), Library) {
 		t.Fatalf("%v", err)
 	}
 	if !strings.Contains(strings.Join(loadHints(), " "), "apt-get install "+DebianPackage) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // Library is the shared object Load opens.
@@ -16,7 +16,7 @@ const Library = "libucp.so.0"
 const DebianPackage = "libucx0"
 
 // LoadError says why UCX could not be loaded. It wraps
-// plugins.ErrUnavailable.
+// errdefs.ErrUnavailable.
 type LoadError struct {
 	Library string // "libucp.so.0"
 	Detail  string // dlerror() text, "built without cgo", a version problem
@@ -27,8 +27,8 @@ func (e *LoadError) Error() string {
 	return fmt.Sprintf("cannot load UCX (%s, Debian package %s): %s", e.Library, DebianPackage, e.Detail)
 }
 
-// Unwrap returns plugins.ErrUnavailable.
-func (e *LoadError) Unwrap() error { return plugins.ErrUnavailable }
+// Unwrap returns errdefs.ErrUnavailable.
+func (e *LoadError) Unwrap() error { return errdefs.ErrUnavailable }
 
 func loadHints() []string {
 	return []string{

@@ -4,7 +4,7 @@
 //
 // The library is loaded with dlopen on first use (Load), never linked, so
 // binaries that contain this package start on hosts without UCX and get a
-// structured diagnosis (*LoadError, wrapping plugins.ErrUnavailable) that
+// structured diagnosis (*LoadError, wrapping errdefs.ErrUnavailable) that
 // names libucp.so.0 and the Debian package libucx0. Builds without cgo, or
 // for other systems than Linux, compile a stub whose Load reports that.
 //
@@ -27,7 +27,7 @@ package ucx
 import (
 	"fmt"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // Status is a UCX ucs_status_t.
@@ -107,22 +107,22 @@ func (s Status) Sentinel() error {
 	case s == OK || s == InProgress:
 		return nil
 	case s == ErrCanceled:
-		return plugins.ErrCanceled
+		return errdefs.ErrCanceled
 	case s == ErrTimedOut:
-		return plugins.ErrTimeout
+		return errdefs.ErrTimeout
 	case s == ErrUnreachable, s == ErrConnectionReset, s == ErrNotConnected, s == ErrIOError,
 		s == ErrRejected, s == ErrShmemSegment, s == ErrSomeConnectsFail,
 		s <= errFirstLinkFailure && s >= errLastEPFailure:
-		return plugins.ErrPeerUnreachable
+		return errdefs.ErrPeerUnreachable
 	case s == ErrInvalidParam, s == ErrInvalidAddr, s == ErrOutOfRange, s == ErrMessageTruncated,
 		s == ErrBufferTooSmall:
-		return plugins.ErrInvalidArgument
+		return errdefs.ErrInvalidArgument
 	case s == ErrUnsupported, s == ErrNotImplemented:
-		return plugins.ErrNotSupported
+		return errdefs.ErrNotSupported
 	case s == ErrNoDevice:
-		return plugins.ErrUnavailable
+		return errdefs.ErrUnavailable
 	}
-	return plugins.ErrInternal
+	return errdefs.ErrInternal
 }
 
 // StatusError is a failed UCX call: what was being done, the native

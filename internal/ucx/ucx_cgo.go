@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 var (
@@ -29,7 +29,7 @@ var (
 )
 
 // Load opens libucp.so.0 once per process. It returns a *LoadError
-// (wrapping plugins.ErrUnavailable) when the library is missing, broken or
+// (wrapping errdefs.ErrUnavailable) when the library is missing, broken or
 // too old.
 func Load() error {
 	loadOnce.Do(func() {
@@ -171,7 +171,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	if cfg.Slots <= 0 {
-		return nil, fmt.Errorf("ucx: %d slots: %w", cfg.Slots, plugins.ErrInvalidArgument)
+		return nil, fmt.Errorf("ucx: %d slots: %w", cfg.Slots, errdefs.ErrInvalidArgument)
 	}
 	cstr := func(s string) *C.char {
 		if s == "" {
@@ -390,7 +390,7 @@ func (w *Worker) DroppedMessages() uint64 { return uint64(C.kvc_dropped_msgs(w.c
 // reported by EndpointErrors and it can be closed forcibly.
 func (w *Worker) Connect(addr []byte, peerErrors bool) (EP, error) {
 	if len(addr) == 0 {
-		return 0, fmt.Errorf("ucp_ep_create: empty worker address: %w", plugins.ErrInvalidArgument)
+		return 0, fmt.Errorf("ucp_ep_create: empty worker address: %w", errdefs.ErrInvalidArgument)
 	}
 	// UCX reads the address during the call only; copy it to C memory so
 	// no Go pointer is handed over.
@@ -475,13 +475,13 @@ func (w *Worker) PackRkey(m Mem) ([]byte, error) {
 // UnpackRkey unpacks a peer's packed remote key for use on ep.
 func (w *Worker) UnpackRkey(ep EP, packed []byte) (Rkey, error) {
 	if len(packed) == 0 {
-		return 0, fmt.Errorf("ucp_ep_rkey_unpack: empty key: %w", plugins.ErrInvalidArgument)
+		return 0, fmt.Errorf("ucp_ep_rkey_unpack: empty key: %w", errdefs.ErrInvalidArgument)
 	}
 	// ucp_ep_rkey_unpack takes no length: give it the key in C memory
 	// followed by zeros, so a truncated key from a peer is never read past
 	// the end of the allocation.
 	if len(packed) > MaxRkey {
-		return 0, fmt.Errorf("ucp_ep_rkey_unpack: %d-byte key is larger than %d: %w", len(packed), MaxRkey, plugins.ErrInvalidArgument)
+		return 0, fmt.Errorf("ucp_ep_rkey_unpack: %d-byte key is larger than %d: %w", len(packed), MaxRkey, errdefs.ErrInvalidArgument)
 	}
 	cb := C.calloc(C.size_t(len(packed)+rkeyPad), 1)
 	defer C.free(cb)

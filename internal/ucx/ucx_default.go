@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // Load reports that this binary has no UCX support: UCX is reached
@@ -33,7 +33,7 @@ type Worker struct{}
 // NewWorker fails: no UCX in this build.
 func NewWorker(Config) (*Worker, error) { return nil, Load() }
 
-var errNoUCX = fmt.Errorf("ucx: built without UCX support: %w", plugins.ErrUnavailable)
+var errNoUCX = fmt.Errorf("ucx: built without UCX support: %w", errdefs.ErrUnavailable)
 
 func (w *Worker) Slots() int                                { return 0 }
 func (w *Worker) Destroy()                                  {}

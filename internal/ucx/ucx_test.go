@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 func needUCX(t *testing.T) {
@@ -172,7 +172,7 @@ func TestCreateErrors(t *testing.T) {
 	needUCX(t)
 	_, err := NewWorker(Config{TLS: "no_such_transport", Slots: 4})
 	var ce *CreateError
-	if !errors.As(err, &ce) || ce.Status != ErrNoDevice || !errors.Is(err, plugins.ErrUnavailable) {
+	if !errors.As(err, &ce) || ce.Status != ErrNoDevice || !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("unknown transport: got %v, want a CreateError with UCS_ERR_NO_DEVICE wrapping ErrUnavailable", err)
 	}
 	t.Log(err)

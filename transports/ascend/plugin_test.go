@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/ascend"
 )
 
@@ -116,13 +117,13 @@ func TestProbeSystemLoader(t *testing.T) {
 	}
 }
 
-func launch(t *testing.T, env ...string) *plugins.Plugin {
+func launch(t *testing.T, env ...string) *host.Plugin {
 	t.Helper()
 	bin, err := testbin.Build("./cmd/kvconnect-transport-ascend", "kvconnect-transport-ascend")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: ascend.Name, Path: bin, Logger: zaptest.NewLogger(t),
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: ascend.Name, Path: bin, Logger: zaptest.NewLogger(t),
 		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 // chunk is one RMA operation: all or part of an op.

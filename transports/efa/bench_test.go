@@ -10,6 +10,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/efa"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
@@ -45,7 +46,7 @@ func BenchmarkBlocks1MiB(b *testing.B) {
 							b.Fatal(err)
 						}
 						newT = func() plugins.Transport {
-							p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: tr.name, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+							p, err := host.Launch(context.Background(), host.LaunchConfig{Name: tr.name, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
 							if err != nil {
 								b.Fatal(err)
 							}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/efa"
 )
@@ -65,7 +66,7 @@ func TestConformanceSubprocess(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			transporttest.Run(t, transporttest.Harness{
 				New: func(t *testing.T) plugins.Transport {
-					pl, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "efa", Path: bin, Logger: zaptest.NewLogger(t),
+					pl, err := host.Launch(context.Background(), host.LaunchConfig{Name: "efa", Path: bin, Logger: zaptest.NewLogger(t),
 						Env: append([]string{"GORACE=atexit_sleep_ms=0"}, p.env...)})
 					if err != nil {
 						t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/efa"
 )
 
@@ -27,9 +28,9 @@ func pluginBin(t testing.TB) string {
 	return bin
 }
 
-func launch(t testing.TB, bin string, env ...string) *plugins.Plugin {
+func launch(t testing.TB, bin string, env ...string) *host.Plugin {
 	t.Helper()
-	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "efa", Path: bin,
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "efa", Path: bin,
 		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +212,7 @@ func missingLibraryHelper() int {
 	if err := check("in-process", err); err != nil {
 		return fail("%v", err)
 	}
-	p, err := plugins.Launch(ctx, plugins.LaunchConfig{Name: "efa", Path: os.Getenv(helperEnv + "_PLUGIN"), Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(ctx, host.LaunchConfig{Name: "efa", Path: os.Getenv(helperEnv + "_PLUGIN"), Env: []string{"GORACE=atexit_sleep_ms=0"}})
 	if err != nil {
 		return fail("the plugin did not start without libfabric: %v", err)
 	}

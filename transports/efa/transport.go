@@ -41,8 +41,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 // Name is the transport's name in configs and descriptors.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/rdma"
 )
 
@@ -23,13 +24,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func launch(t *testing.T, env ...string) *plugins.Plugin {
+func launch(t *testing.T, env ...string) *host.Plugin {
 	t.Helper()
 	bin, err := testbin.Build("./cmd/kvconnect-transport-rdma", "kvconnect-transport-rdma")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "rdma", Path: bin, Logger: zaptest.NewLogger(t),
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "rdma", Path: bin, Logger: zaptest.NewLogger(t),
 		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +39,7 @@ func launch(t *testing.T, env ...string) *plugins.Plugin {
 	return p
 }
 
-func initErr(t *testing.T, p *plugins.Plugin, opts string) *plugins.InitError {
+func initErr(t *testing.T, p *host.Plugin, opts string) *plugins.InitError {
 	t.Helper()
 	_, err := p.Init(context.Background(), plugins.InitRequest{Protocol: "rdma", Options: []byte(opts)})
 	if !errors.Is(err, plugins.ErrUnavailable) {

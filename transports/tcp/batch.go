@@ -6,9 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
-	"github.com/kvconnect/kvconnect/internal/wire"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 // batch tracks one Transfer call. results belongs to the caller until the

@@ -12,6 +12,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
 
@@ -140,7 +141,7 @@ func benchNode(b *testing.B, plugin bool) *bnode {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "tcp", Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "tcp", Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
 		if err != nil {
 			b.Fatal(err)
 		}

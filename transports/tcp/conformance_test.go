@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
@@ -32,7 +33,7 @@ func TestConformanceSubprocess(t *testing.T) {
 	}
 	transporttest.Run(t, transporttest.Harness{
 		New: func(t *testing.T) plugins.Transport {
-			p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "tcp", Path: bin, Logger: zaptest.NewLogger(t),
+			p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "tcp", Path: bin, Logger: zaptest.NewLogger(t),
 				Env: []string{"GORACE=atexit_sleep_ms=0"}})
 			if err != nil {
 				t.Fatal(err)

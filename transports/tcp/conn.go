@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/wire"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 // conn is one initiator connection to a peer. Chunks are queued in send

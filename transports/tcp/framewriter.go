@@ -3,8 +3,8 @@ package tcp
 import (
 	"net"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
-	"github.com/kvconnect/kvconnect/internal/wire"
+	"github.com/kvconnect/kvconnect/plugins/regions"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/internal/units"
-	"github.com/kvconnect/kvconnect/internal/wire"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 // Options is the tcp transport's config subtree (transports.tcp).

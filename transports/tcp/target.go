@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kvconnect/kvconnect/internal/wire"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 // readBufferSize is the socket read buffer. It only batches headers and

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/wire"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/tcp"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 func inproc(opts string) transporttest.Harness {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 	"github.com/kvconnect/kvconnect/transports/ucx"
 )
@@ -44,7 +45,7 @@ func BenchmarkWrite64x1MiB(b *testing.B) {
 						b.Fatal(err)
 					}
 					mk = func() plugins.Transport {
-						p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: v.plugin, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+						p, err := host.Launch(context.Background(), host.LaunchConfig{Name: v.plugin, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
 						if err != nil {
 							b.Fatal(err)
 						}

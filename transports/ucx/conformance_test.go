@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/ucx"
 )
@@ -49,7 +50,7 @@ func pluginBinary(t testing.TB) string {
 }
 
 func launch(t testing.TB, bin string) plugins.Transport {
-	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t),
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t),
 		Env: []string{"GORACE=atexit_sleep_ms=0"}})
 	if err != nil {
 		t.Fatal(err)

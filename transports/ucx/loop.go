@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 // ctlSlots are the slots beyond max_inflight, for flushes, control

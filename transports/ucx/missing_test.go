@@ -17,8 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/ucx"
 )
 
@@ -128,7 +130,7 @@ func hideHelper() bool {
 	}
 	opts := []byte(`{"tls":"tcp"}`)
 	rep.InProcess = describe(ucx.New().Init(context.Background(), plugins.InitRequest{Hostname: "127.0.0.1", Options: opts}))
-	p, err := plugins.Launch(context.Background(), plugins.LaunchConfig{Name: "ucx", Path: os.Getenv(envHidePlugin), Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: os.Getenv(envHidePlugin), Env: []string{"GORACE=atexit_sleep_ms=0"}})
 	if err != nil {
 		rep.Plugin = describe(plugins.InitResult{}, err)
 		return true
@@ -139,7 +141,7 @@ func hideHelper() bool {
 }
 
 func describe(_ plugins.InitResult, err error) hideResult {
-	r := hideResult{Kind: plugins.ErrorKind(err), Unavailable: errors.Is(err, plugins.ErrUnavailable)}
+	r := hideResult{Kind: errdefs.Kind(err), Unavailable: errors.Is(err, plugins.ErrUnavailable)}
 	if err == nil {
 		r.Err = "<nil>: Init succeeded although the library was hidden"
 		return r

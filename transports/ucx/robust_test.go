@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/ucx"
 )
@@ -41,7 +42,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 			go func() { r, _ := a.Transfer(t, peer, ops); done <- r }()
 			time.Sleep(30 * time.Millisecond)
 			killed := time.Now()
-			if err := syscall.Kill(b.T.(*plugins.Plugin).Pid(), syscall.SIGKILL); err != nil {
+			if err := syscall.Kill(b.T.(*host.Plugin).Pid(), syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			var res []plugins.OpResult

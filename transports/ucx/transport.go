@@ -50,9 +50,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kvconnect/kvconnect/internal/regions"
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 // Name is the transport's name in configs and descriptors.

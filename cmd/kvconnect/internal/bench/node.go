@@ -1,0 +1,426 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/transports/tcp"
+)
+
+// InProcessTCP is the option that runs the tcp transport inside this
+// process instead of as a plugin.
+func InProcessTCP() connector.Option {
+	return connector.WithInProcess(tcp.Name)
+}
+
+// Node is a kvconnect node with one registered buffer.
+type Node struct {
+	C   *connector.Connector
+	Buf *connector.Region
+}
+
+// StartNode starts a node with cfg and allocates a buffer of bufSize bytes.
+func StartNode(ctx context.Context, cfg connector.Config, bufSize int, opts ...connector.Option) (*Node, error) {
+	if bufSize <= 0 || bufSize > connector.MaxRegionSize {
+		return nil, fmt.Errorf("--buffer-size %d: must be between 1 byte and %s", bufSize, units.FormatSize(connector.MaxRegionSize))
+	}
+	c, err := connector.New(ctx, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	buf, err := c.Alloc(ctx, bufSize)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &Node{C: c, Buf: buf}, nil
+}
+
+// Close stops the node.
+func (n *Node) Close() error {
+	if n == nil || n.C == nil {
+		return nil
+	}
+	return n.C.Close()
+}
+
+// PluginPIDs are the node's transport plugin processes.
+func (n *Node) PluginPIDs() []int {
+	var pids []int
+	for _, t := range n.C.Status().Transports {
+		if t.PluginPID > 0 {
+			pids = append(pids, t.PluginPID)
+		}
+	}
+	return pids
+}
+
+// Pair is two nodes in this process, the initiator with the target opened:
+// what loopback runs and the suite use. Each node's transport is still its
+// own plugin process unless the in-process option is given.
+type Pair struct {
+	Target    *Node
+	Initiator *Node
+	Peer      *connector.Peer
+}
+
+// initiatorConfig is cfg for the second node of a pair on the same host:
+// ports that the first node took are left for the kernel to pick.
+func initiatorConfig(cfg connector.Config) connector.Config {
+	cfg.RPCPort = 0
+	if len(cfg.Transports) > 0 {
+		ts := make(map[string]map[string]any, len(cfg.Transports))
+		for name, o := range cfg.Transports {
+			o = maps.Clone(o)
+			if _, ok := o["port"]; ok {
+				o["port"] = 0
+			}
+			ts[name] = o
+		}
+		cfg.Transports = ts
+	}
+	return cfg
+}
+
+// StartPair starts a target node and an initiator node with cfg, each
+// with a buffer of bufSize bytes, and opens the target from the initiator.
+func StartPair(ctx context.Context, cfg connector.Config, bufSize int, opts ...connector.Option) (*Pair, error) {
+	t, err := StartNode(ctx, cfg, bufSize, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("target node: %w", err)
+	}
+	i, err := StartNode(ctx, initiatorConfig(cfg), bufSize, opts...)
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("initiator node: %w", err)
+	}
+	p, err := i.C.Open(ctx, t.C.Endpoint())
+	if err != nil {
+		i.Close()
+		t.Close()
+		return nil, err
+	}
+	return &Pair{Target: t, Initiator: i, Peer: p}, nil
+}
+
+// PluginPIDs are both nodes' plugin processes.
+func (p *Pair) PluginPIDs() []int { return append(p.Initiator.PluginPIDs(), p.Target.PluginPIDs()...) }
+
+// Close stops both nodes.
+func (p *Pair) Close() error {
+	if p == nil {
+		return nil
+	}
+	return errors.Join(p.Initiator.Close(), p.Target.Close())
+}
+
+// Mode is "plugin" or "in-process", for the transport the peer uses.
+func (p *Pair) Mode() string {
+	for _, t := range p.Initiator.C.Status().Transports {
+		if t.Name == p.Peer.Transport() {
+			return t.Mode
+		}
+	}
+	return ""
+}
+
+// RunInput is what Run needs.
+type RunInput struct {
+	Initiator *Node
+	Peer      *connector.Peer
+	Workload  Workload
+	// PIDs are the plugin processes whose CPU time is counted.
+	PIDs []int
+	// Progress shows a live line (nil: quiet).
+	Progress *Progress
+	// Label prefixes the progress line.
+	Label string
+}
+
+// counters are a run's shared progress.
+type counters struct {
+	bytes   atomic.Uint64
+	ops     atomic.Uint64
+	batches atomic.Uint64
+}
+
+func (c *counters) reset() {
+	c.bytes.Store(0)
+	c.ops.Store(0)
+	c.batches.Store(0)
+}
+
+// Run drives in.Workload from the initiator against the peer's first
+// region and measures it. Thread t's ops cycle through its own share of
+// the blocks (see layout), at the same offsets on both sides. Run returns
+// the result and the blocks the run moved, for verification.
+func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
+	w := in.Workload
+	if err := w.Validate(); err != nil {
+		return Result{}, nil, err
+	}
+	remote := in.Peer.Regions()
+	if len(remote) == 0 {
+		return Result{}, nil, fmt.Errorf("peer %s publishes no buffer", in.Peer.Session())
+	}
+	rr := remote[0]
+	local := in.Initiator.Buf
+	n := min(uint64(local.Len()), rr.Len) / uint64(w.BlockSize)
+	if n == 0 {
+		return Result{}, nil, fmt.Errorf("--block-size %s is larger than the buffers (local %s, peer %s): raise --buffer-size",
+			units.FormatSize(uint64(w.BlockSize)), units.FormatSize(uint64(local.Len())), units.FormatSize(rr.Len))
+	}
+	lay := newLayout(int(n), w.Threads)
+	issued := make([]uint64, w.Threads) // ops per thread, warmup included
+	c := in.Initiator.C
+	var cnt counters
+	phase := func(d time.Duration, lat [][]time.Duration) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		deadline := time.Now().Add(d)
+		var wg sync.WaitGroup
+		var once sync.Once
+		var firstErr error
+		for t := range w.Threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ops := make([]connector.Op, w.BatchSize)
+				bs := uint64(w.BlockSize)
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					for i := range ops {
+						off := lay.block(t, issued[t]+uint64(i)) * bs
+						ops[i] = connector.Op{Kind: w.Op.kind(), LocalRegion: local.ID(), LocalOffset: off,
+							RemoteRegion: rr.ID, RemoteOffset: off, Length: bs}
+					}
+					issued[t] += uint64(w.BatchSize)
+					start := time.Now()
+					b, err := c.Submit(ctx, in.Peer, ops)
+					if err == nil {
+						err = b.Wait(ctx)
+					}
+					if err != nil {
+						once.Do(func() { firstErr = err; cancel() })
+						return
+					}
+					if lat != nil {
+						lat[t] = append(lat[t], time.Since(start))
+					}
+					cnt.bytes.Add(uint64(w.BatchSize) * bs)
+					cnt.ops.Add(uint64(w.BatchSize))
+					cnt.batches.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return fmt.Errorf("%s to %s: %w", w, in.Peer.Session(), firstErr)
+		}
+		return ctx.Err()
+	}
+	if w.Warmup > 0 {
+		in.Progress.Set("%swarming up for %v", in.Label, w.Warmup)
+		if err := phase(w.Warmup, nil); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	cnt.reset()
+	before, err := snapshotCPU(in.PIDs)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	lat := make([][]time.Duration, w.Threads)
+	start := time.Now()
+	stop := in.Progress.ticker(250*time.Millisecond, func() {
+		el := time.Since(start)
+		in.Progress.Set("%s%5.1fs/%v  %7.3f GB/s  %9.0f ops/s  %d batches", in.Label, el.Seconds(), w.Duration,
+			float64(cnt.bytes.Load())/el.Seconds()/1e9, float64(cnt.ops.Load())/el.Seconds(), cnt.batches.Load())
+	})
+	err = phase(w.Duration, lat)
+	elapsed := time.Since(start)
+	stop()
+	in.Progress.Clear()
+	if err != nil {
+		return Result{}, nil, err
+	}
+	after, err := snapshotCPU(in.PIDs)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	r := Result{Transport: in.Peer.Transport(), Peer: in.Peer.Session(),
+		Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: in.PIDs}
+	for _, t := range c.Status().Transports {
+		if t.Name == r.Transport {
+			r.Mode = t.Mode
+		}
+	}
+	r.HostCPU, r.PluginCPU = after.since(before)
+	r.fill(w, elapsed, all)
+	return r, lay.touched(issued), nil
+}
+
+// Notification names of the exchange between an initiator and a target.
+const (
+	notifyVerify = "kvconnect.bench.verify" // check blocks a WRITE run wrote
+	notifyFill   = "kvconnect.bench.fill"   // fill the buffer for a verified READ run
+	notifyReply  = "kvconnect.bench.reply"  // the target's answer to either
+)
+
+// benchRequest is an initiator's request to a target.
+type benchRequest struct {
+	Seed      uint64 `json:"seed"`
+	BlockSize int    `json:"block_size"`
+	Blocks    Blocks `json:"blocks,omitempty"` // to verify
+}
+
+// benchReply is the target's answer.
+type benchReply struct {
+	Verify *VerifyResult `json:"verify,omitempty"`
+	Filled bool          `json:"filled,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// TargetEvent is something a target did for an initiator.
+type TargetEvent struct {
+	Event  string        `json:"event"` // "verify" or "fill"
+	From   string        `json:"from"`  // the initiator's session id
+	Seed   uint64        `json:"seed"`
+	Verify *VerifyResult `json:"verify,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// Target serves a node's buffer to initiators: it fills the buffer with a
+// known pattern before a verified READ run and checks the blocks of a
+// verified WRITE run, when the initiator asks.
+type Target struct {
+	Node *Node
+	// CorruptBlock, when >= 0, damages that block after each fill and
+	// before each check: a hook proving that verification compares bytes.
+	CorruptBlock int
+}
+
+func (t *Target) corrupt(blockSize int) {
+	if t.CorruptBlock >= 0 && blockSize > 0 && (t.CorruptBlock+1)*blockSize <= t.Node.Buf.Len() {
+		t.Node.Buf.Bytes()[t.CorruptBlock*blockSize] ^= 0xff
+	}
+}
+
+// Serve answers initiators' requests until ctx ends, telling report (if
+// set) about each.
+func (t *Target) Serve(ctx context.Context, report func(TargetEvent)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n, ok := <-t.Node.C.Notifications():
+			if !ok {
+				return // the node closed
+			}
+			if n.Name != notifyVerify && n.Name != notifyFill {
+				continue
+			}
+			ev := TargetEvent{From: n.From, Event: strings.TrimPrefix(n.Name, "kvconnect.bench.")}
+			var req benchRequest
+			var reply benchReply
+			if err := json.Unmarshal([]byte(n.Msg), &req); err != nil {
+				reply.Error = fmt.Sprintf("malformed request: %v", err)
+			} else if n.Name == notifyFill {
+				fillPattern(t.Node.Buf.Bytes(), 0, req.Seed^readSalt)
+				t.corrupt(req.BlockSize)
+				reply.Filled = true
+			} else {
+				t.corrupt(req.BlockSize)
+				v := verifyBlocks(t.Node.Buf.Bytes(), req.BlockSize, req.Blocks, req.Seed, "target")
+				reply.Verify = &v
+			}
+			ev.Seed, ev.Verify, ev.Error = req.Seed, reply.Verify, reply.Error
+			body, _ := json.Marshal(reply)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := t.Node.C.Notify(rctx, n.From, notifyReply, string(body)); err != nil && ev.Error == "" {
+				ev.Error = fmt.Sprintf("could not answer %s: %v", n.From, err)
+			}
+			cancel()
+			if report != nil {
+				report(ev)
+			}
+		}
+	}
+}
+
+// ReplyTimeout bounds the wait for a target's answer.
+var ReplyTimeout = 60 * time.Second
+
+// ask sends a request to the target and waits for its answer.
+func ask(ctx context.Context, init *Node, session, name string, req benchRequest) (benchReply, error) {
+	body, _ := json.Marshal(req)
+	if err := init.C.Notify(ctx, session, name, string(body)); err != nil {
+		return benchReply{}, fmt.Errorf("--verify: asking %s: %w", session, err)
+	}
+	timer := time.NewTimer(ReplyTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return benchReply{}, ctx.Err()
+		case <-timer.C:
+			return benchReply{}, fmt.Errorf("--verify: no answer from %s within %v; is it a kvconnect bench --mode target? It answers this node's session %s (set --hostname so the target can reach it)",
+				session, ReplyTimeout, init.C.Endpoint())
+		case n, ok := <-init.C.Notifications():
+			if !ok {
+				return benchReply{}, fmt.Errorf("--verify: the node closed before %s answered", session)
+			}
+			if n.Name != notifyReply {
+				continue
+			}
+			var r benchReply
+			if err := json.Unmarshal([]byte(n.Msg), &r); err != nil {
+				return benchReply{}, fmt.Errorf("--verify: malformed answer from %s: %v", n.From, err)
+			}
+			if r.Error != "" {
+				return r, fmt.Errorf("--verify: %s: %s", n.From, r.Error)
+			}
+			return r, nil
+		}
+	}
+}
+
+// PrepareVerify readies a verified run: for WRITE it fills the
+// initiator's buffer with seed's pattern, for READ it asks the target to
+// fill its buffer with its (salted) pattern for seed.
+func PrepareVerify(ctx context.Context, init *Node, session string, op Operation, seed uint64, blockSize int) error {
+	if op == Write {
+		fillPattern(init.Buf.Bytes(), 0, seed)
+		return nil
+	}
+	_, err := ask(ctx, init, session, notifyFill, benchRequest{Seed: seed, BlockSize: blockSize})
+	return err
+}
+
+// Verify checks a run's blocks: after WRITE the target checks what landed
+// in its buffer, after READ this side checks what it read.
+func Verify(ctx context.Context, init *Node, session string, op Operation, seed uint64, blockSize int, blocks Blocks) (VerifyResult, error) {
+	if op == Read {
+		return verifyBlocks(init.Buf.Bytes(), blockSize, blocks, seed^readSalt, "initiator"), nil
+	}
+	r, err := ask(ctx, init, session, notifyVerify, benchRequest{Seed: seed, BlockSize: blockSize, Blocks: blocks})
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	if r.Verify == nil {
+		return VerifyResult{}, fmt.Errorf("--verify: %s answered without a result", session)
+	}
+	return *r.Verify, nil
+}

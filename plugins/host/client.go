@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// grpcClient is the host's view of a transport served over the plugin
+// protocol: it implements plugins.Transport by gRPC and sends region files
+// over the fd channel.
+type grpcClient struct {
+	rpc  proto.TransportClient
+	name string
+	fds  *pluginrpc.FDSender
+	// crashed reports whether the plugin process has gone: a reason and
+	// ErrTransportCrashed or ErrClosed, or a nil error while it runs. nil
+	// for a transport served in memory.
+	crashed func() (string, error)
+
+	regMu sync.Mutex // keeps fd sends and their RegisterRegion calls in order
+}
+
+var _ plugins.Transport = (*grpcClient)(nil)
+
+func (c *grpcClient) Info(ctx context.Context) (plugins.Info, error) {
+	r, err := c.rpc.Info(ctx, &proto.InfoRequest{})
+	if err != nil {
+		return plugins.Info{}, c.fromStatus(ctx, "info", err)
+	}
+	return plugins.Info{Name: r.Name, Version: r.Version, APIVersion: int(r.ApiVersion), Capabilities: plugins.Capability(r.Capabilities)}, nil
+}
+
+func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
+	r, err := c.rpc.Init(ctx, &proto.InitRequest{
+		Hostname: req.Hostname, Metadata: req.Metadata, Protocol: req.Protocol, DeviceName: req.DeviceName,
+		BindAddress: req.BindAddress, Options: req.Options,
+	})
+	if err != nil {
+		return plugins.InitResult{}, c.fromStatus(ctx, "init", err)
+	}
+	return plugins.InitResult{Endpoint: r.Endpoint, Summary: r.Summary}, nil
+}
+
+func (c *grpcClient) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
+	if r.File == nil {
+		return nil, fmt.Errorf("plugin %s: register region %d: a subprocess transport needs a shared-memory region (Region.File is nil): %w", c.name, r.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(r.Mem) == 0 {
+		return nil, fmt.Errorf("plugin %s: register region %d: empty region: %w", c.name, r.ID, errdefs.ErrInvalidArgument)
+	}
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	token, err := c.fds.Send(r.File)
+	if err != nil {
+		if c.crashed != nil {
+			if why, gone := c.crashed(); gone != nil {
+				return nil, fmt.Errorf("plugin %s: register region %d: %s: %w", c.name, r.ID, why, gone)
+			}
+		}
+		return nil, fmt.Errorf("plugin %s: register region %d: %w", c.name, r.ID, err)
+	}
+	resp, err := c.rpc.RegisterRegion(ctx, &proto.RegisterRegionRequest{
+		Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset, FdToken: token,
+	})
+	if err != nil {
+		return nil, c.fromStatus(ctx, "register region", err)
+	}
+	return resp.Key, nil
+}
+
+func (c *grpcClient) DeregisterRegion(ctx context.Context, id plugins.RegionID) error {
+	_, err := c.rpc.DeregisterRegion(ctx, &proto.DeregisterRegionRequest{Id: uint64(id)})
+	return c.fromStatus(ctx, "deregister region", err)
+}
+
+func (c *grpcClient) Connect(ctx context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {
+	req := &proto.ConnectRequest{Name: peer.Name, Endpoint: peer.Endpoint, Regions: make([]*proto.RemoteRegion, len(peer.Regions))}
+	for i, r := range peer.Regions {
+		req.Regions[i] = &proto.RemoteRegion{Id: uint64(r.ID), Addr: r.Addr, Size: r.Size, Key: r.Key}
+	}
+	resp, err := c.rpc.Connect(ctx, req)
+	if err != nil {
+		return 0, c.fromStatus(ctx, "connect", err)
+	}
+	return plugins.PeerID(resp.Peer), nil
+}
+
+func (c *grpcClient) Disconnect(ctx context.Context, id plugins.PeerID) error {
+	_, err := c.rpc.Disconnect(ctx, &proto.DisconnectRequest{Peer: uint64(id)})
+	return c.fromStatus(ctx, "disconnect", err)
+}
+
+func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
+	if len(results) != len(ops) {
+		err := fmt.Errorf("plugin %s: %d results for %d ops: %w", c.name, len(results), len(ops), errdefs.ErrInvalidArgument)
+		plugins.FillResults(results, err)
+		return err
+	}
+	packed := make([]byte, 0, len(ops)*pluginrpc.OpRecordSize)
+	for i := range ops {
+		packed = pluginrpc.AppendOp(packed, opToWire(&ops[i]))
+	}
+	resp, err := c.rpc.Transfer(ctx, &proto.TransferRequest{Peer: uint64(peer), Ops: packed})
+	if err != nil {
+		err = c.fromStatus(ctx, "transfer", err)
+		plugins.FillResults(results, err)
+		return err
+	}
+	plugins.FillResults(results, nil)
+	for _, e := range resp.Errors {
+		if int(e.Index) >= len(results) {
+			err := fmt.Errorf("plugin %s: answered an error for op %d of %d: %w", c.name, e.Index, len(ops), errdefs.ErrProtocol)
+			plugins.FillResults(results, err)
+			return err
+		}
+		kinds := e.Kinds
+		if len(kinds) == 0 {
+			kinds = []string{e.Kind}
+		}
+		results[e.Index].Err = errdefs.Remote(e.Message, kinds...)
+	}
+	return pluginrpc.FromDetail(resp.BatchError)
+}
+
+func (c *grpcClient) Close(ctx context.Context) error {
+	_, err := c.rpc.Close(ctx, &proto.CloseRequest{})
+	return c.fromStatus(ctx, "close", err)
+}
+
+func opToWire(o *plugins.Op) pluginrpc.Op {
+	return pluginrpc.Op{Kind: uint8(o.Kind), LocalRegion: uint64(o.LocalRegion), LocalOffset: o.LocalOffset,
+		RemoteRegion: uint64(o.RemoteRegion), RemoteOffset: o.RemoteOffset, Length: o.Length}
+}
+
+// fromStatus rebuilds the error behind a gRPC status. Statuses without the
+// protocol's detail come from gRPC itself: the connection to the plugin
+// broke, or the call's context ended.
+func (c *grpcClient) fromStatus(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if rebuilt, ok := pluginrpc.FromStatus(err); ok {
+		return rebuilt
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("plugin %s: %s: %w", c.name, op, errdefs.FromContext(ctx.Err()))
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, errdefs.ErrTimeout)
+	case codes.ResourceExhausted:
+		return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, errdefs.ErrInvalidArgument)
+	case codes.Unavailable, codes.Canceled:
+		// The connection to the plugin broke or was closed: find out whether
+		// the process is gone, and whether we closed it.
+		if c.crashed != nil {
+			if why, gone := c.crashed(); gone != nil {
+				return fmt.Errorf("plugin %s: %s: %s: %w", c.name, op, why, gone)
+			}
+		}
+		if st.Code() == codes.Canceled {
+			return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, errdefs.ErrCanceled)
+		}
+		return fmt.Errorf("plugin %s: %s: lost the connection to the plugin process: %v: %w", c.name, op, err, errdefs.ErrTransportCrashed)
+	}
+	return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, errdefs.ErrInternal)
+}

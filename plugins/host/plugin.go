@@ -1,0 +1,176 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+	"github.com/kvconnect/kvconnect/plugins"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Plugin is a running transport plugin process. It implements plugins.Transport
+// by gRPC; Close also ends the process.
+type Plugin struct {
+	*grpcClient
+	name   string
+	path   string
+	client *plugin.Client
+	proc   *procRunner
+	host   *pluginrpc.FDSender
+	log    *zap.Logger
+
+	exited   chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+	watchEnd chan struct{}
+}
+
+var _ plugins.Transport = (*Plugin)(nil)
+
+// watch closes p.exited when the plugin process goes away: its end of the
+// fd channel closes then and our read returns.
+func (p *Plugin) watch(c interface{ Read([]byte) (int, error) }) {
+	defer close(p.watchEnd)
+	var b [8]byte
+	for {
+		if _, err := c.Read(b[:]); err != nil {
+			break
+		}
+	}
+	close(p.exited)
+	p.closeMu.Lock()
+	closed := p.closed
+	p.closeMu.Unlock()
+	if !closed {
+		p.log.Error("transport plugin process exited unexpectedly", zap.String("path", p.path))
+	}
+}
+
+// crashReason reports whether the plugin process has gone, waiting briefly
+// for the exit to be noticed (a broken gRPC stream usually comes first).
+// The sentinel is errdefs.ErrClosed when the host closed the plugin itself,
+// errdefs.ErrTransportCrashed when the process died on its own.
+func (p *Plugin) crashReason() (string, error) {
+	select {
+	case <-p.exited:
+	case <-time.After(500 * time.Millisecond):
+		return "", nil
+	}
+	p.closeMu.Lock()
+	closed := p.closed
+	p.closeMu.Unlock()
+	if closed {
+		return "the plugin was closed", errdefs.ErrClosed
+	}
+	why := fmt.Sprintf("the plugin process (%s) exited", p.path)
+	if st := p.proc.waitState(200 * time.Millisecond); st != nil {
+		_, _, ended := exitInfo(st)
+		why = fmt.Sprintf("the plugin process (%s) %s", p.path, ended)
+	}
+	return why, errdefs.ErrTransportCrashed
+}
+
+// Info asks the plugin about its transport. If the plugin process dies
+// meanwhile, the error is an *errdefs.InitError like Init's.
+func (p *Plugin) Info(ctx context.Context) (plugins.Info, error) {
+	info, err := p.grpcClient.Info(ctx)
+	if err != nil && errors.Is(err, errdefs.ErrTransportCrashed) {
+		return info, p.crashError("info", err)
+	}
+	return info, err
+}
+
+// Init brings the plugin's transport up. When the plugin process dies
+// during Init, the error is an *errdefs.InitError with step errdefs.StepInitPluginCrash,
+// the process's exit status or signal, the end of its stderr, and Err
+// wrapping errdefs.ErrUnavailable and errdefs.ErrTransportCrashed.
+func (p *Plugin) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
+	res, err := p.grpcClient.Init(ctx, req)
+	if err != nil && errors.Is(err, errdefs.ErrTransportCrashed) {
+		return res, p.crashError("init", err)
+	}
+	return res, err
+}
+
+func (p *Plugin) crashError(call string, err error) *errdefs.InitError {
+	ie := &errdefs.InitError{
+		Transport: p.name, Step: errdefs.StepInitPluginCrash,
+		Err: fmt.Errorf("%w: %w", errdefs.ErrUnavailable, errdefs.ErrTransportCrashed),
+	}
+	var cause string
+	if st := p.proc.waitState(2 * time.Second); st != nil {
+		var ended string
+		ie.NativeCode, ie.NativeName, ended = exitInfo(st)
+		cause = fmt.Sprintf("the plugin process (%s) %s during %s", p.path, ended, call)
+	} else {
+		cause = fmt.Sprintf("the connection to the plugin process (%s) broke during %s and the process did not exit: %v", p.path, call, err)
+	}
+	if tail := lastLines(p.StderrTail(), stderrQuoteLines); tail != "" {
+		cause += "; its stderr ends with:\n" + indent(tail)
+	}
+	ie.Cause = cause
+	ie.Hints = []string{
+		"this is a bug in the plugin or in a library or driver it calls: report it to the plugin's author with the stderr above",
+		"meanwhile, configure a fallback transport (fallback) or another protocol",
+	}
+	return ie
+}
+
+// StderrTail returns the end of what the plugin process wrote on stderr
+// (up to 8 KiB, trimmed), for diagnoses. Complete once the process has
+// exited.
+func (p *Plugin) StderrTail() string { return p.proc.tail.String() }
+
+// Exited is closed when the plugin process has gone.
+func (p *Plugin) Exited() <-chan struct{} { return p.exited }
+
+// Pid is the plugin process id, or 0 if unknown.
+func (p *Plugin) Pid() int { return p.proc.pidValue() }
+
+// Path is the plugin binary that was started.
+func (p *Plugin) Path() string { return p.path }
+
+// Close asks the transport to close, then ends the plugin process and
+// releases the fd channel. It is idempotent; when it returns the process
+// has been reaped.
+func (p *Plugin) Close(ctx context.Context) error {
+	p.closeMu.Lock()
+	if p.closed {
+		p.closeMu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.closeMu.Unlock()
+	var err error
+	if p.grpcClient != nil {
+		select {
+		case <-p.exited:
+		default:
+			err = p.grpcClient.Close(ctx)
+			if errors.Is(err, errdefs.ErrTransportCrashed) {
+				err = nil // it is going away either way
+			}
+		}
+	}
+	p.client.Kill()
+	p.host.Close()
+	<-p.watchEnd
+	p.proc.removeSocketDir()
+	return err
+}
+
+func levelName(l *zap.Logger) string {
+	for _, lvl := range []zapcore.Level{zapcore.DebugLevel, zapcore.InfoLevel, zapcore.WarnLevel} {
+		if l.Core().Enabled(lvl) {
+			return lvl.String()
+		}
+	}
+	return "error"
+}

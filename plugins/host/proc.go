@@ -1,0 +1,264 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-plugin/runner"
+)
+
+// procRunner runs the plugin process for go-plugin (runner.Runner) and
+// records what diagnoses need: the exec error, the first bytes of stdout,
+// the end of stderr, whether the host killed the process, and how it ended.
+type procRunner struct {
+	ctx       context.Context
+	cmd       *exec.Cmd
+	socketDir string
+	stdout    *recorder
+	stderr    io.ReadCloser
+	tail      *tailBuffer
+	done      chan struct{} // closed once the process has been waited for
+
+	mu        sync.Mutex
+	attempted bool // go-plugin called Start
+	pid       int
+	execErr   error
+	killed    bool // the host sent SIGKILL (go-plugin on a failed handshake, Close, or a canceled ctx)
+	canceled  bool
+	st        *os.ProcessState
+}
+
+var _ runner.Runner = (*procRunner)(nil)
+
+func (r *procRunner) Start(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempted = true
+	if err := r.ctx.Err(); err != nil {
+		r.canceled = true
+		return err
+	}
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		r.execErr = err
+		return err
+	}
+	if r.stderr, err = r.cmd.StderrPipe(); err != nil {
+		r.execErr = err
+		return err
+	}
+	r.stdout = &recorder{r: out, max: 1024}
+	if err := r.cmd.Start(); err != nil {
+		r.execErr = err
+		return err
+	}
+	r.pid = r.cmd.Process.Pid
+	return nil
+}
+
+func (r *procRunner) Wait(context.Context) error {
+	err := r.cmd.Wait()
+	r.mu.Lock()
+	r.st = r.cmd.ProcessState
+	r.mu.Unlock()
+	close(r.done)
+	return err
+}
+
+// exitGrace is how long Kill lets a plugin whose stdout has closed finish
+// exiting on its own, so that its own exit status is what gets diagnosed.
+const exitGrace = 2 * time.Second
+
+func (r *procRunner) Kill(context.Context) error {
+	r.mu.Lock()
+	out := r.stdout
+	r.mu.Unlock()
+	// A closed stdout usually means the process is exiting (tearing down
+	// a large address space can take a while): let it finish rather than
+	// kill it and lose how it ended.
+	if out != nil && out.sawEOF() {
+		t := time.NewTimer(exitGrace)
+		select {
+		case <-r.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.killLocked()
+}
+
+func (r *procRunner) killLocked() error {
+	if r.pid == 0 || r.st != nil {
+		return nil
+	}
+	r.killed = true
+	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// cancel kills the process because the caller's ctx ended.
+func (r *procRunner) cancel() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.canceled = true
+	_ = r.killLocked()
+}
+
+func (r *procRunner) Stdout() io.ReadCloser                            { return r.stdout }
+func (r *procRunner) Stderr() io.ReadCloser                            { return r.stderr }
+func (r *procRunner) Name() string                                     { return r.cmd.Path }
+func (r *procRunner) Diagnose(context.Context) string                  { return "" }
+func (r *procRunner) PluginToHost(n, a string) (string, string, error) { return n, a, nil }
+func (r *procRunner) HostToPlugin(n, a string) (string, string, error) { return n, a, nil }
+
+func (r *procRunner) ID() string {
+	if pid := r.pidValue(); pid != 0 {
+		return strconv.Itoa(pid)
+	}
+	return ""
+}
+
+func (r *procRunner) pidValue() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pid
+}
+
+func (r *procRunner) startError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.execErr
+}
+
+func (r *procRunner) wasCanceled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.canceled
+}
+
+func (r *procRunner) wasAttempted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempted
+}
+
+func (r *procRunner) wasKilled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.killed
+}
+
+// state is how the process ended, or nil while it runs (or never ran).
+func (r *procRunner) state() *os.ProcessState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// waitState waits up to d for the process to be reaped and returns how it
+// ended, or nil.
+func (r *procRunner) waitState(d time.Duration) *os.ProcessState {
+	if r.pidValue() == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.done:
+	case <-t.C:
+	}
+	return r.state()
+}
+
+func (r *procRunner) removeSocketDir() {
+	if r.socketDir != "" {
+		os.RemoveAll(r.socketDir)
+	}
+}
+
+// recorder passes a plugin's stdout to go-plugin and keeps its first max
+// bytes: the handshake line, or whatever a program that is not a plugin
+// printed instead.
+type recorder struct {
+	r   io.ReadCloser
+	max int
+
+	mu  sync.Mutex
+	buf []byte
+	eof bool
+}
+
+func (c *recorder) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.mu.Lock()
+	if room := c.max - len(c.buf); n > 0 && room > 0 {
+		c.buf = append(c.buf, p[:min(n, room)]...)
+	}
+	if err != nil {
+		c.eof = true
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
+// sawEOF reports whether reading stdout ended (the plugin closed it,
+// usually by exiting).
+func (c *recorder) sawEOF() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.eof
+}
+
+func (c *recorder) Close() error { return c.r.Close() }
+
+// String is everything recorded.
+func (c *recorder) String() string {
+	if c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.buf)
+}
+
+// firstLine is the first line printed (trimmed) and whether it ended.
+func (c *recorder) firstLine() (string, bool) {
+	s := c.String()
+	line, _, complete := strings.Cut(s, "\n")
+	return strings.TrimSpace(line), complete
+}
+
+// tailBuffer keeps the last max bytes written to it: the end of a
+// plugin's stderr, quoted when the plugin dies before its handshake.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}

@@ -1,0 +1,66 @@
+// Command fakeplugin is a transport plugin for the plugins package's
+// tests. FAKEPLUGIN_INIT selects what Init does: "ok" (log a line with
+// fields and succeed), "panic" (log, then crash), "fail" (return an
+// *InitError). Connect fails with the sentinel whose wire kind is the
+// peer's name; RegisterRegion answers the first bytes of the region as the
+// plugin mapped it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+type fake struct{}
+
+func (fake) Info(context.Context) (plugins.Info, error) {
+	return plugins.Info{Name: "fake", Version: "test", APIVersion: plugins.APIVersion}, nil
+}
+
+func (fake) Init(_ context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
+	req.Logger.Info("probing devices", zap.String("device", "mlx5_0"), zap.Int("port", 1))
+	switch mode := os.Getenv("FAKEPLUGIN_INIT"); mode {
+	case "panic":
+		panic("fake transport: init failed on purpose")
+	case "fail":
+		return plugins.InitResult{}, &plugins.InitError{
+			Transport: "fake", Step: plugins.StepProbeDevices, NativeCode: 19, NativeName: "ENODEV",
+			Cause: "no RDMA device is present", Hints: []string{"install an RDMA NIC", "or use tcp"},
+			Err: fmt.Errorf("fake: %w", plugins.ErrUnavailable),
+		}
+	case "", "ok":
+		return plugins.InitResult{Endpoint: []byte("fake-endpoint"), Summary: "fake"}, nil
+	default:
+		return plugins.InitResult{}, fmt.Errorf("fake: FAKEPLUGIN_INIT=%q: %w", mode, plugins.ErrInvalidArgument)
+	}
+}
+
+func (fake) Close(context.Context) error { return nil }
+
+func (fake) RegisterRegion(_ context.Context, r plugins.Region) ([]byte, error) {
+	return append([]byte(nil), r.Mem[:min(len(r.Mem), 16)]...), nil
+}
+
+func (fake) DeregisterRegion(context.Context, plugins.RegionID) error { return nil }
+
+func (fake) Connect(_ context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {
+	if s := errdefs.FromKind(peer.Name); s != nil {
+		return 0, fmt.Errorf("fake: connect %s: %w", peer.Name, s)
+	}
+	return 1, nil
+}
+
+func (fake) Disconnect(context.Context, plugins.PeerID) error { return nil }
+
+func (fake) Transfer(_ context.Context, _ plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
+	plugins.FillResults(results, nil)
+	return nil
+}
+
+func main() { plugins.Serve(fake{}) }

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package plugins
-
-import "os/exec"
-
-func bindToParent(cmd *exec.Cmd) {}
