@@ -8,8 +8,9 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/transports"
 )
 
 // checker collects the problems of a converted Config. Validate runs it on
@@ -18,11 +19,12 @@ import (
 // adds the checks meant for hand-written configuration (typos in
 // transport names, a plugin_dir that does not exist).
 type checker struct {
-	origin func(key string) (value any, source string)
-	skip   map[string]bool // keys whose value did not convert (already reported)
-	loaded bool
-	errs   []*Problem
-	warns  []*Problem
+	catalog *transports.Catalog // nil: transports.Builtin()
+	origin  func(key string) (value any, source string)
+	skip    map[string]bool // keys whose value did not convert (already reported)
+	loaded  bool
+	errs    []*Problem
+	warns   []*Problem
 }
 
 // add records p, filling in the value as written and its source.
@@ -44,6 +46,20 @@ func (ck *checker) add(p *Problem) {
 
 func (ck *checker) ok(key string) bool { return !ck.skip[key] }
 
+// known lists the transports the catalog knows; a name one or two letters
+// away from one of these is taken for a typo.
+func (ck *checker) known() []string {
+	if ck.catalog == nil {
+		ck.catalog = transports.Builtin()
+	}
+	return ck.catalog.Names()
+}
+
+// transportAllowed says which transport names are allowed.
+func (ck *checker) transportAllowed() string {
+	return strings.Join(ck.known(), ", ") + ", or the name of an installed transport plugin"
+}
+
 func (ck *checker) check(c *Config) {
 	if ck.ok("hostname") {
 		ck.host("hostname", c.Hostname, ck.loaded)
@@ -63,8 +79,8 @@ func (ck *checker) check(c *Config) {
 	if ck.ok("metadata") && (c.Metadata != "" || ck.loaded) {
 		ck.metadata(c.Metadata)
 	}
-	if ck.ok("role") && c.Role != "" && !contains(Roles, c.Role) {
-		ck.add(&Problem{Key: "role", Value: c.Role, Allowed: oneOf(Roles), Suggestion: closest(c.Role, Roles)})
+	if ck.ok("role") && c.Role != "" && !contains(Roles(), c.Role) {
+		ck.add(&Problem{Key: "role", Value: c.Role, Allowed: oneOf(Roles()), Suggestion: closest(c.Role, Roles())})
 	}
 	if ck.ok("local_device_index") && c.LocalDeviceIndex < 0 {
 		ck.add(&Problem{Key: "local_device_index", Value: c.LocalDeviceIndex, Allowed: "a device index, 0 or more"})
@@ -73,12 +89,12 @@ func (ck *checker) check(c *Config) {
 		switch c.BufferDevice {
 		case "", "cpu":
 		case "cuda", "npu", "xpu":
-			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice, Err: plugins.ErrNotSupported,
+			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice, Err: errdefs.ErrNotSupported,
 				Reason:  "not supported yet: kvconnect allocates KV buffers in host shared memory",
 				Allowed: "cpu"})
 		default:
 			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice,
-				Allowed: "cpu (cuda, npu and xpu are not supported yet)", Suggestion: closest(c.BufferDevice, BufferDevices)})
+				Allowed: "cpu (cuda, npu and xpu are not supported yet)", Suggestion: closest(c.BufferDevice, BufferDevices())})
 		}
 	}
 	if ck.ok("connect_timeout") && c.ConnectTimeout < 0 {
@@ -141,8 +157,6 @@ func validName(s string) bool {
 	return s != ""
 }
 
-var transportAllowed = strings.Join(KnownTransports, ", ") + ", or the name of an installed transport plugin"
-
 // transport checks one transport name (protocol or a fallback entry).
 // value is what the problem shows (the whole fallback list for an entry).
 func (ck *checker) transport(key, name string, value any, pluginDir string) {
@@ -152,16 +166,16 @@ func (ck *checker) transport(key, name string, value any, pluginDir string) {
 	}
 	switch {
 	case name == "":
-		ck.add(&Problem{Key: key, Value: value, Reason: entry + "empty", Allowed: transportAllowed})
+		ck.add(&Problem{Key: key, Value: value, Reason: entry + "empty", Allowed: ck.transportAllowed()})
 		return
 	case !validName(name):
 		ck.add(&Problem{Key: key, Value: value, Reason: entry + "not a transport name (lower-case letters, digits, - and _)",
-			Allowed: transportAllowed, Suggestion: closest(name, KnownTransports)})
+			Allowed: ck.transportAllowed(), Suggestion: closest(name, ck.known())})
 		return
-	case contains(KnownTransports, name) || !ck.loaded:
+	case contains(ck.known(), name) || !ck.loaded:
 		return
 	}
-	sugg := closest(name, KnownTransports)
+	sugg := closest(name, ck.known())
 	if _, _, err := host.FindPlugin(name, pluginDir); err == nil {
 		return
 	}
@@ -169,7 +183,7 @@ func (ck *checker) transport(key, name string, value any, pluginDir string) {
 	if sugg != "" {
 		ck.add(&Problem{Key: key, Value: value,
 			Reason:  entry + "unknown transport, and no plugin " + bin + " is installed",
-			Allowed: transportAllowed, Suggestion: sugg})
+			Allowed: ck.transportAllowed(), Suggestion: sugg})
 		return
 	}
 	ck.add(&Problem{Key: key, Value: value, Warning: true,
@@ -202,7 +216,7 @@ func (ck *checker) metadata(m string) {
 	case strings.EqualFold(m, MetadataP2P):
 		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadataAllowed, Suggestion: MetadataP2P})
 	case hasAnyPrefix(strings.ToLower(m), "etcd://", "http://", "https://", "redis://", "rediss://") || isHostPort(m):
-		ck.add(&Problem{Key: "metadata", Value: m, Err: plugins.ErrNotSupported,
+		ck.add(&Problem{Key: "metadata", Value: m, Err: errdefs.ErrNotSupported,
 			Reason:  "metadata services are not supported yet; peers exchange segment descriptors over their RPC ports",
 			Allowed: MetadataP2P})
 	default:
@@ -259,8 +273,8 @@ func (ck *checker) transports(c *Config) {
 		key := transportsKey + "." + name
 		if !validName(name) {
 			ck.add(&Problem{Key: key, Reason: "not a transport name (lower-case letters, digits, - and _)",
-				Allowed:    "transports.<transport>.<option> with a transport like " + strings.Join(KnownTransports, ", "),
-				Suggestion: suggestKey(closest(name, KnownTransports))})
+				Allowed:    "transports.<transport>.<option> with a transport like " + strings.Join(ck.known(), ", "),
+				Suggestion: suggestKey(closest(name, ck.known()))})
 			continue
 		}
 		for _, opt := range sortedKeys(c.Transports[name]) {
@@ -274,11 +288,11 @@ func (ck *checker) transports(c *Config) {
 					Allowed: "strings, numbers, booleans, lists and maps with string keys"})
 			}
 		}
-		if !ck.loaded || contains(KnownTransports, name) {
+		if !ck.loaded || contains(ck.known(), name) {
 			continue
 		}
-		if sugg := closest(name, KnownTransports); sugg != "" {
-			ck.add(&Problem{Key: key, Reason: "unknown transport", Allowed: transportAllowed,
+		if sugg := closest(name, ck.known()); sugg != "" {
+			ck.add(&Problem{Key: key, Reason: "unknown transport", Allowed: ck.transportAllowed(),
 				Suggestion: suggestKey(sugg)})
 		} else if !used[name] {
 			ck.add(&Problem{Key: key, Warning: true,

@@ -112,7 +112,7 @@ func (c Config) WithDefaults() Config {
 // Validate checks a Config (zero fields stand for their defaults) and
 // returns every problem at once, joined with errors.Join: each is a
 // *Problem naming the field's key, its value and what is allowed, and
-// wraps ErrInvalid (plugins.ErrInvalidArgument) or plugins.ErrNotSupported.
+// wraps ErrInvalid (errdefs.ErrInvalidArgument) or errdefs.ErrNotSupported.
 // Use Problems(err) or errors.As to inspect them.
 func (c Config) Validate() error {
 	ck := &checker{}

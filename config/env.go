@@ -34,7 +34,7 @@ func (ld *loader) envLayer() {
 	set := func(key, name string, v any) {
 		l.set(key, entry{value: v, source: "env " + name, text: true})
 	}
-	for _, ce := range CompatEnvs {
+	for _, ce := range CompatEnvs() {
 		v, ok := get(ce.Name)
 		if !ok {
 			continue

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // TestSGLangEnv maps the SGLang / Mooncake variables onto settings.
@@ -47,7 +47,7 @@ func TestMetadataServerEnv(t *testing.T) {
 	for _, v := range []string{"etcd://10.0.0.1:2379", "http://10.0.0.1:8080/metadata", "redis://10.0.0.1:6379", "10.0.0.1:2379"} {
 		_, ps := loadErr(t, Options{Environ: []string{"MOONCAKE_TE_META_DATA_SERVER=" + v}})
 		p := findProblem(ps, "metadata")
-		if p == nil || !errors.Is(p, plugins.ErrNotSupported) || p.Source != "env MOONCAKE_TE_META_DATA_SERVER" || p.Value != v {
+		if p == nil || !errors.Is(p, errdefs.ErrNotSupported) || p.Source != "env MOONCAKE_TE_META_DATA_SERVER" || p.Value != v {
 			t.Errorf("%s: problems %v", v, ps)
 		}
 	}

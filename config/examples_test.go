@@ -76,7 +76,7 @@ func TestDocsComplete(t *testing.T) {
 	for _, s := range settings {
 		want = append(want, "`"+s.key+"`", "`--"+s.flag+"`", "`"+EnvName(s.key)+"`")
 	}
-	for _, e := range CompatEnvs {
+	for _, e := range CompatEnvs() {
 		want = append(want, "`"+e.Name+"`")
 	}
 	for f := range VLLMFields() {

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/spf13/pflag"
-
-	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // writeFile writes content to dir/name and returns the path.
@@ -56,7 +55,7 @@ func loadErr(t *testing.T, opts Options) (*Loaded, []*Problem) {
 	if err == nil {
 		t.Fatalf("Load: no error, want problems")
 	}
-	if !errors.Is(err, plugins.ErrInvalidArgument) && !errors.Is(err, plugins.ErrNotSupported) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("error %v wraps neither ErrInvalidArgument nor ErrNotSupported", err)
 	}
 	ps := Problems(err)

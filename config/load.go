@@ -15,6 +15,7 @@ import (
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
+	"github.com/kvconnect/kvconnect/transports"
 	"github.com/spf13/pflag"
 )
 
@@ -43,6 +44,9 @@ type Options struct {
 	// Flags holds the flags registered by RegisterFlags; only flags the
 	// user set count.
 	Flags *pflag.FlagSet
+	// Catalog names the transports that are known (a name close to one of
+	// them is a typo); nil means transports.Builtin().
+	Catalog *transports.Catalog
 }
 
 // Value is one effective setting and where it came from.
@@ -380,7 +384,7 @@ func unknownFileKey(k, src string) *Problem {
 		if p.Suggestion == "" {
 			p.Suggestion = vllmKey + "." + k
 		}
-	case contains(KnownTransports, k):
+	case contains(transports.Builtin().Names(), k):
 		p.Reason = "unknown key: transport options go under transports." + k
 		p.Suggestion = transportsKey + "." + k
 	default:
@@ -555,7 +559,7 @@ func (ld *loader) resolve() (*Loaded, error) {
 		out.values[s.key] = v
 	}
 
-	ck := &checker{loaded: true, skip: skip, origin: func(key string) (any, string) {
+	ck := &checker{catalog: ld.opts.Catalog, loaded: true, skip: skip, origin: func(key string) (any, string) {
 		if e, ok := eff[key]; ok {
 			return e.value, e.source
 		}

@@ -7,14 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // ErrInvalid is wrapped by every configuration error about a bad key or
-// value (it is plugins.ErrInvalidArgument). Settings that are well formed
+// value (it is errdefs.ErrInvalidArgument). Settings that are well formed
 // but not supported yet (buffer_device cuda, metadata etcd://...) wrap
-// plugins.ErrNotSupported instead.
-var ErrInvalid = plugins.ErrInvalidArgument
+// errdefs.ErrNotSupported instead.
+var ErrInvalid = errdefs.ErrInvalidArgument
 
 // Problem is one thing wrong with the configuration: a bad value, an
 // unknown key, an unreadable file. Load and Config.Validate join every
@@ -41,8 +42,8 @@ type Problem struct {
 	// Warning marks a problem that does not stop loading (an unknown field
 	// in a vLLM kv_transfer_config, a duplicate fallback entry).
 	Warning bool `json:"warning,omitempty"`
-	// Err is the sentinel: ErrInvalid (plugins.ErrInvalidArgument) or
-	// plugins.ErrNotSupported.
+	// Err is the sentinel: ErrInvalid (errdefs.ErrInvalidArgument) or
+	// errdefs.ErrNotSupported.
 	Err error `json:"-"`
 }
 
@@ -85,7 +86,7 @@ func (p *Problem) Text() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel, so errors.Is(err, plugins.ErrInvalidArgument)
+// Unwrap returns the sentinel, so errors.Is(err, errdefs.ErrInvalidArgument)
 // holds for a joined list of problems.
 func (p *Problem) Unwrap() error {
 	if p.Err == nil {

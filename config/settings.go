@@ -47,23 +47,18 @@ type setting struct {
 	max     int64
 }
 
-// KnownTransports are the transports kvconnect ships. Third-party plugins
-// may add more: protocol and fallback accept any well-formed name, but a
-// name one or two letters away from one of these is taken for a typo.
-var KnownTransports = []string{"tcp", "rdma", "ucx", "efa", "ascend"}
-
-// Roles a node may take.
-var Roles = []string{"kv_producer", "kv_consumer", "kv_both"}
+// Roles lists the roles a node may take.
+func Roles() []string { return []string{"kv_producer", "kv_consumer", "kv_both"} }
 
 // BufferDevices lists the buffer_device values that are accepted. Only cpu
-// works; the others are reported as not supported yet.
-var BufferDevices = []string{"cpu", "cuda", "npu", "xpu"}
+// holds KV regions; the others load with a warning (see buffer_device).
+func BufferDevices() []string { return []string{"cpu", "cuda", "npu", "xpu"} }
 
-// Log levels and formats (the log_level and log_format settings).
-var (
-	LogLevels  = []string{"debug", "info", "warn", "error"}
-	LogFormats = []string{"console", "json"}
-)
+// LogLevels lists the log_level values.
+func LogLevels() []string { return []string{"debug", "info", "warn", "error"} }
+
+// LogFormats lists the log_format values.
+func LogFormats() []string { return []string{"console", "json"} }
 
 var settings = []setting{
 	{key: "protocol", kind: kindString, def: DefaultProtocol, flag: "protocol",
@@ -80,7 +75,7 @@ var settings = []setting{
 		help: "RPC (handshake) port; 0 picks a free one"},
 	{key: "metadata", kind: kindString, def: MetadataP2P, flag: "metadata",
 		help: "metadata mode: P2PHANDSHAKE (etcd://, http://, redis:// metadata services are planned)"},
-	{key: "role", kind: kindString, def: "kv_both", flag: "role", allowed: Roles,
+	{key: "role", kind: kindString, def: "kv_both", flag: "role", allowed: Roles(),
 		help: "kv_producer (prefill), kv_consumer (decode) or kv_both"},
 	{key: "engine_id", kind: kindString, def: "", flag: "engine-id",
 		help: "identifies the serving engine instance (vLLM's engine_id)"},
@@ -88,7 +83,7 @@ var settings = []setting{
 		help: "this worker's local device (GPU/NPU) index or rank; picks its entry of a per-device device_name map (vLLM's kv_rank)"},
 	{key: "buffer_size", kind: kindSize, def: uint64(0), flag: "buffer-size",
 		help: "KV buffer size in bytes (vLLM's kv_buffer_size); 0 = not set"},
-	{key: "buffer_device", kind: kindString, def: "cpu", flag: "buffer-device", allowed: BufferDevices,
+	{key: "buffer_device", kind: kindString, def: "cpu", flag: "buffer-device", allowed: BufferDevices(),
 		help: "where KV buffers live: cpu (cuda, npu and xpu are not supported yet)"},
 	{key: "connect_timeout", kind: kindDuration, def: DefaultConnectTimeout.String(), flag: "connect-timeout",
 		help: "bound on opening a peer (handshake and transport connect)"},
@@ -100,9 +95,9 @@ var settings = []setting{
 		help: "largest handshake frame accepted (at least 4096 bytes)"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
-	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels,
+	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels(),
 		help: "log level: debug, info, warn or error"},
-	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats,
+	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats(),
 		help: "log format: console or json"},
 }
 
@@ -191,10 +186,13 @@ type CompatEnv struct {
 	Help string
 }
 
-// Compatible environment variables, in the order they apply (later wins
-// within the environment layer; KVCONNECT_* variables win over all of
-// them; MC_FORCE_TCP is applied after every layer, flags included).
-var CompatEnvs = []CompatEnv{
+// CompatEnvs lists the compatible environment variables, in the order
+// they apply (later wins within the environment layer; KVCONNECT_*
+// variables win over all of them; MC_FORCE_TCP is applied after every
+// layer, flags included).
+func CompatEnvs() []CompatEnv { return append([]CompatEnv(nil), compatEnvs...) }
+
+var compatEnvs = []CompatEnv{
 	{"MOONCAKE_PROTOCOL", "protocol", "SGLang: transport protocol"},
 	{"MOONCAKE_DEVICE", "device_name", "SGLang: device name(s), the same formats as device_name"},
 	{"MOONCAKE_TE_META_DATA_SERVER", "metadata", "SGLang: metadata server (P2PHANDSHAKE)"},

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/transports"
 )
 
 // TestValidationProblems: each kind of bad input is a problem naming the
@@ -25,7 +26,7 @@ func TestValidationProblems(t *testing.T) {
 		want       string // substring of the message
 		notSupp    bool   // wraps ErrNotSupported rather than ErrInvalidArgument
 	}{
-		{name: "protocol typo", file: "protocol: rdam", key: "protocol", value: "rdam", source: "file c.yaml", suggestion: "rdma", want: "want tcp, rdma"},
+		{name: "protocol typo", file: "protocol: rdam", key: "protocol", value: "rdam", source: "file c.yaml", suggestion: "rdma", want: "want rdma, ucx, efa, ascend, tcp"},
 		{name: "protocol case", env: []string{"MOONCAKE_PROTOCOL=RDMA"}, key: "protocol", value: "RDMA", source: "env MOONCAKE_PROTOCOL", suggestion: "rdma"},
 		{name: "role typo", file: "role: kv_prodcuer", key: "role", value: "kv_prodcuer", source: "file c.yaml", suggestion: "kv_producer", want: "kv_producer, kv_consumer, kv_both"},
 		{name: "unknown key", file: "devcie_name: mlx5_0", key: "devcie_name", source: "file c.yaml", suggestion: "device_name", want: "unknown key"},
@@ -84,9 +85,9 @@ func TestValidationProblems(t *testing.T) {
 			if p.Source != "" && !strings.Contains(msg, p.Source) {
 				t.Errorf("%q does not name its source %q", msg, p.Source)
 			}
-			wantErr := plugins.ErrInvalidArgument
+			wantErr := errdefs.ErrInvalidArgument
 			if tt.notSupp {
-				wantErr = plugins.ErrNotSupported
+				wantErr = errdefs.ErrNotSupported
 			}
 			if !errors.Is(p, wantErr) {
 				t.Errorf("%q does not wrap %v", msg, wantErr)
@@ -112,7 +113,7 @@ func TestAllProblemsAtOnce(t *testing.T) {
 			t.Errorf("%v has no suggestion", p)
 		}
 	}
-	if !errors.Is(err, plugins.ErrInvalidArgument) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("%v does not wrap ErrInvalidArgument", err)
 	}
 	var p *Problem
@@ -219,7 +220,7 @@ func TestConfigValidate(t *testing.T) {
 	if got := problemKeys(Problems(err)); got != want {
 		t.Errorf("problems about %s\nwant %s\n%v", got, want, err)
 	}
-	if !errors.Is(err, plugins.ErrInvalidArgument) || !errors.Is(err, plugins.ErrNotSupported) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("joined error should match both sentinels: %v", err)
 	}
 }
@@ -251,7 +252,7 @@ func TestClosest(t *testing.T) {
 		{"RDMA", "rdma"}, {"x", ""}, {"nvlink", ""}, {"tcp", ""}, {"fail", ""}, {"device_nxxx", ""}, {"device_nxme", "device_name"},
 	}
 	for _, tt := range tests {
-		if got := closest(tt.in, append(append([]string{}, KnownTransports...), "kv_producer", "device_name")); got != tt.want {
+		if got := closest(tt.in, append(transports.Builtin().Names(), "kv_producer", "device_name")); got != tt.want {
 			t.Errorf("closest(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/errdefs"
 )
 
 // TestVLLMDialect maps a kv_transfer_config as vLLM users write it.
@@ -181,7 +181,7 @@ func TestVLLMBadInput(t *testing.T) {
 func TestVLLMBufferDevice(t *testing.T) {
 	_, ps := loadErr(t, Options{KVTransferConfig: `{"kv_connector":"MooncakeConnector","kv_buffer_device":"cuda"}`})
 	p := findProblem(ps, "buffer_device")
-	if p == nil || !errors.Is(p, plugins.ErrNotSupported) || !strings.Contains(p.Error(), "not supported yet") ||
+	if p == nil || !errors.Is(p, errdefs.ErrNotSupported) || !strings.Contains(p.Error(), "not supported yet") ||
 		p.Source != "kv_transfer_config kv_buffer_device" {
 		t.Errorf("problems %v: want buffer_device not supported yet, from kv_transfer_config kv_buffer_device", ps)
 	}
