@@ -40,26 +40,10 @@ func New(name string, size int) (*Segment, error) {
 
 // Map maps size bytes at offset of an existing shared-memory file,
 // typically received from another process. The segment takes ownership of
-// f. The file must hold [offset, offset+size); offset needs no alignment.
+// f. The file must pass CheckShareable; offset needs no alignment.
 func Map(f *os.File, offset uint64, size int) (*Segment, error) {
-	if err := checkSize(size); err != nil {
+	if err := CheckShareable(f, offset, size); err != nil {
 		return nil, err
-	}
-	if offset > MaxSize {
-		return nil, fmt.Errorf("shm: offset %d out of range", offset)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("shm: fstat: %w", err)
-	}
-	// Only a size-sealed file is safe to map: another holder could
-	// otherwise shrink it under us.
-	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
-	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("shm: refusing to map a file whose size is not sealed against shrinking (seals %#x, %v)", seals, err)
-	}
-	if uint64(st.Size) < offset+uint64(size) {
-		return nil, fmt.Errorf("shm: file is %d bytes, too small to map %d bytes at offset %d", st.Size, size, offset)
 	}
 	page := uint64(unix.Getpagesize())
 	start := offset &^ (page - 1)

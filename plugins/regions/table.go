@@ -1,19 +1,17 @@
-// Package regions is the table of registered memory regions a transport
-// keeps: lookups by id or absolute address, bounds checks on every access,
-// and reference counts so a region is never unmapped under an op.
 package regions
 
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/google/btree"
 
 	"github.com/kvconnect/kvconnect/errdefs"
 )
 
-// Entry is one registered region.
+// Entry is one registered region of a Table.
 type Entry struct {
 	ID   uint64
 	Addr uint64
@@ -45,12 +43,24 @@ func (e *Entry) acquire() bool {
 	return ok
 }
 
+func (e *Entry) span() Span { return Span{ID: e.ID, Addr: e.Addr, Size: uint64(len(e.Mem))} }
+
+// snapshot is an immutable view of a Table: two B-trees, by id and by
+// address, that writers clone (copy-on-write, O(log n) per change) and
+// readers use without a lock.
 type snapshot struct {
-	byID   map[uint64]*Entry
-	byAddr []*Entry // sorted by Addr
+	byID   *btree.BTreeG[*Entry]
+	byAddr *btree.BTreeG[*Entry]
 }
 
-// Table is a set of regions. Lookups are lock-free; changes copy the table.
+func lessID(a, b *Entry) bool   { return a.ID < b.ID }
+func lessAddr(a, b *Entry) bool { return a.Addr < b.Addr }
+
+var emptySnapshot = &snapshot{byID: btree.NewG(32, lessID), byAddr: btree.NewG(32, lessAddr)}
+
+// Table is the set of regions a memory owner registered. Lookups take no
+// lock; Add and Remove cost O(log n), so a node may register hundreds of
+// thousands of regions. The zero value is an empty table.
 type Table struct {
 	mu       sync.Mutex // serialises writers
 	snap     atomic.Pointer[snapshot]
@@ -61,43 +71,47 @@ func (t *Table) load() *snapshot {
 	if s := t.snap.Load(); s != nil {
 		return s
 	}
-	return &snapshot{}
+	return emptySnapshot
+}
+
+// containing returns the region whose range holds addr, if any.
+func (s *snapshot) containing(addr uint64) *Entry {
+	var found *Entry
+	s.byAddr.DescendLessOrEqual(&Entry{Addr: addr}, func(e *Entry) bool {
+		found = e
+		return false
+	})
+	if found == nil || addr-found.Addr >= uint64(len(found.Mem)) {
+		return nil
+	}
+	return found
 }
 
 // Add registers a region. Ids must be non-zero and unique, address ranges
-// must not overlap.
+// must not overlap; errors wrap errdefs.ErrInvalidArgument.
 func (t *Table) Add(id, addr uint64, mem []byte) error {
-	if id == 0 {
-		return fmt.Errorf("regions: region id 0 is reserved: %w", errdefs.ErrInvalidArgument)
-	}
-	if len(mem) == 0 {
-		return fmt.Errorf("regions: region %d is empty: %w", id, errdefs.ErrInvalidArgument)
-	}
-	if addr+uint64(len(mem)) < addr {
-		return fmt.Errorf("regions: region %d at 0x%x+%d wraps the address space: %w", id, addr, len(mem), errdefs.ErrInvalidArgument)
+	e := &Entry{ID: id, Addr: addr, Mem: mem, drained: make(chan struct{})}
+	if err := checkSpan(e.span()); err != nil {
+		return fmt.Errorf("regions: %w", err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.load()
-	if _, ok := old.byID[id]; ok {
+	if _, dup := old.byID.Get(e); dup {
 		return fmt.Errorf("regions: region %d already registered: %w", id, errdefs.ErrInvalidArgument)
 	}
-	e := &Entry{ID: id, Addr: addr, Mem: mem, drained: make(chan struct{})}
-	end := addr + uint64(len(mem))
-	for _, o := range old.byAddr {
-		if addr < o.Addr+uint64(len(o.Mem)) && o.Addr < end {
-			return fmt.Errorf("regions: region %d [0x%x, 0x%x) overlaps region %d [0x%x, 0x%x): %w",
-				id, addr, end, o.ID, o.Addr, o.Addr+uint64(len(o.Mem)), errdefs.ErrInvalidArgument)
-		}
+	if o := old.containing(addr); o != nil {
+		return fmt.Errorf("regions: %w", overlapError(e.span(), o.span()))
 	}
-	next := &snapshot{byID: make(map[uint64]*Entry, len(old.byID)+1), byAddr: make([]*Entry, 0, len(old.byAddr)+1)}
-	for k, v := range old.byID {
-		next.byID[k] = v
+	var next *Entry
+	old.byAddr.AscendGreaterOrEqual(e, func(o *Entry) bool { next = o; return false })
+	if next != nil && next.Addr < e.span().End() {
+		return fmt.Errorf("regions: %w", overlapError(e.span(), next.span()))
 	}
-	next.byID[id] = e
-	next.byAddr = append(append(next.byAddr, old.byAddr...), e)
-	sort.Slice(next.byAddr, func(i, j int) bool { return next.byAddr[i].Addr < next.byAddr[j].Addr })
-	t.snap.Store(next)
+	s := &snapshot{byID: old.byID.Clone(), byAddr: old.byAddr.Clone()}
+	s.byID.ReplaceOrInsert(e)
+	s.byAddr.ReplaceOrInsert(e)
+	t.snap.Store(s)
 	return nil
 }
 
@@ -111,23 +125,15 @@ func (t *Table) Remove(ctx context.Context, id uint64) error {
 		return t.finish(ctx, e)
 	}
 	old := t.load()
-	e, ok := old.byID[id]
+	e, ok := old.byID.Get(&Entry{ID: id})
 	if !ok {
 		t.mu.Unlock()
 		return fmt.Errorf("regions: region %d: %w", id, errdefs.ErrUnknownRegion)
 	}
-	next := &snapshot{byID: make(map[uint64]*Entry, len(old.byID)), byAddr: make([]*Entry, 0, len(old.byAddr))}
-	for k, v := range old.byID {
-		if k != id {
-			next.byID[k] = v
-		}
-	}
-	for _, v := range old.byAddr {
-		if v.ID != id {
-			next.byAddr = append(next.byAddr, v)
-		}
-	}
-	t.snap.Store(next)
+	s := &snapshot{byID: old.byID.Clone(), byAddr: old.byAddr.Clone()}
+	s.byID.Delete(e)
+	s.byAddr.Delete(e)
+	t.snap.Store(s)
 	if t.draining == nil {
 		t.draining = map[uint64]*Entry{}
 	}
@@ -168,18 +174,17 @@ func (e *Entry) close(ctx context.Context) error {
 func (t *Table) RemoveAll(ctx context.Context) error {
 	t.mu.Lock()
 	old := t.load()
-	t.snap.Store(&snapshot{})
-	pending := append([]*Entry(nil), old.byAddr...)
-	for _, e := range old.byAddr {
-		if t.draining == nil {
-			t.draining = map[uint64]*Entry{}
-		}
-		t.draining[e.ID] = e
+	t.snap.Store(emptySnapshot)
+	if t.draining == nil {
+		t.draining = map[uint64]*Entry{}
 	}
+	old.byID.Ascend(func(e *Entry) bool {
+		t.draining[e.ID] = e
+		return true
+	})
+	pending := make([]*Entry, 0, len(t.draining))
 	for _, e := range t.draining {
-		if _, ok := old.byID[e.ID]; !ok {
-			pending = append(pending, e)
-		}
+		pending = append(pending, e)
 	}
 	t.mu.Unlock()
 	var first error
@@ -192,32 +197,30 @@ func (t *Table) RemoveAll(ctx context.Context) error {
 }
 
 // Len is the number of registered regions.
-func (t *Table) Len() int { return len(t.load().byID) }
+func (t *Table) Len() int { return t.load().byID.Len() }
 
-// Resolve bounds-checks [offset, offset+length) in region id (or, when id is
-// 0, the absolute range [offset, offset+length) in any region) and returns
-// the region, acquired, with the memory of that range. The caller must call
-// Release on the entry when done with the memory.
+// Resolve bounds-checks [offset, offset+length) in region id (or, when id
+// is 0, the absolute range [offset, offset+length) in any region) and
+// returns the region, acquired, with the memory of that range. The caller
+// must call Release on the entry when done with the memory. An unknown id
+// or address, or a region being removed, wraps errdefs.ErrUnknownRegion; a
+// range that does not fit wraps errdefs.ErrOutOfBounds.
 func (t *Table) Resolve(id, offset, length uint64) (*Entry, []byte, error) {
 	s := t.load()
 	var e *Entry
 	if id != 0 {
-		e = s.byID[id]
-		if e == nil {
+		var ok bool
+		if e, ok = s.byID.Get(&Entry{ID: id}); !ok {
 			return nil, nil, fmt.Errorf("region %d: %w", id, errdefs.ErrUnknownRegion)
 		}
 	} else {
-		// Last region whose base is <= offset.
-		i := sort.Search(len(s.byAddr), func(i int) bool { return s.byAddr[i].Addr > offset }) - 1
-		if i < 0 || offset-s.byAddr[i].Addr >= uint64(len(s.byAddr[i].Mem)) {
+		if e = s.containing(offset); e == nil {
 			return nil, nil, fmt.Errorf("address 0x%x: %w", offset, errdefs.ErrUnknownRegion)
 		}
-		e = s.byAddr[i]
 		offset -= e.Addr
 	}
-	size := uint64(len(e.Mem))
-	if length > size || offset > size-length {
-		return nil, nil, fmt.Errorf("region %d: range [%d, %d+%d) outside its %d bytes: %w", e.ID, offset, offset, length, size, errdefs.ErrOutOfBounds)
+	if err := Check(e.ID, uint64(len(e.Mem)), offset, length); err != nil {
+		return nil, nil, err
 	}
 	if !e.acquire() {
 		return nil, nil, fmt.Errorf("region %d is being deregistered: %w", e.ID, errdefs.ErrUnknownRegion)

@@ -35,7 +35,6 @@ package efa
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 
@@ -220,35 +219,21 @@ type remoteRegion struct {
 // peer is a connected peer: its regions for bounds checks and its address
 // in the fabric.
 type peer struct {
-	id     plugins.PeerID
-	name   string
-	byID   map[uint64]*remoteRegion
-	byAddr []*remoteRegion // sorted by addr
-	conn   *peerConn
+	id      plugins.PeerID
+	name    string
+	regions *regions.Index[*remoteRegion]
+	conn    *peerConn
 }
 
 // resolve bounds-checks [off, off+n) in the peer's region id (or, when id
 // is 0, the absolute range in whichever region holds it) and returns the
 // region and the RMA address of the range's first byte.
 func (p *peer) resolve(id, off, n uint64) (*remoteRegion, uint64, error) {
-	var r *remoteRegion
-	if id != 0 {
-		r = p.byID[id]
-		if r == nil {
-			return nil, 0, fmt.Errorf("peer %s region %d: %w", p.name, id, plugins.ErrUnknownRegion)
-		}
-	} else {
-		i := sort.Search(len(p.byAddr), func(i int) bool { return p.byAddr[i].addr > off }) - 1
-		if i < 0 || off-p.byAddr[i].addr >= p.byAddr[i].size {
-			return nil, 0, fmt.Errorf("peer %s address 0x%x is in none of its %d regions: %w", p.name, off, len(p.byAddr), plugins.ErrUnknownRegion)
-		}
-		r = p.byAddr[i]
-		off -= r.addr
+	r, _, at, err := p.regions.Resolve(id, off, n)
+	if err != nil {
+		return nil, 0, fmt.Errorf("peer %s: %w", p.name, err)
 	}
-	if n > r.size || off > r.size-n {
-		return nil, 0, fmt.Errorf("peer %s region %d: range [%d, %d+%d) outside its %d bytes: %w", p.name, r.id, off, off, n, r.size, plugins.ErrOutOfBounds)
-	}
-	return r, r.key.Base + off, nil
+	return r, r.key.Base + at, nil
 }
 
 func newPeer(info plugins.PeerInfo) (*peer, endpoint, error) {
@@ -256,14 +241,8 @@ func newPeer(info plugins.PeerInfo) (*peer, endpoint, error) {
 	if err != nil {
 		return nil, endpoint{}, fmt.Errorf("efa: peer %q: %w", info.Name, err)
 	}
-	p := &peer{name: info.Name, byID: make(map[uint64]*remoteRegion, len(info.Regions))}
+	list := make([]*remoteRegion, 0, len(info.Regions))
 	for _, r := range info.Regions {
-		if r.ID == 0 || r.Size == 0 || r.Addr+r.Size < r.Addr {
-			return nil, endpoint{}, fmt.Errorf("efa: peer %q region %d at 0x%x+%d: invalid: %w", info.Name, r.ID, r.Addr, r.Size, plugins.ErrProtocol)
-		}
-		if _, dup := p.byID[uint64(r.ID)]; dup {
-			return nil, endpoint{}, fmt.Errorf("efa: peer %q publishes region %d twice: %w", info.Name, r.ID, plugins.ErrProtocol)
-		}
 		k, err := parseKey(r.Key)
 		if err != nil {
 			return nil, endpoint{}, fmt.Errorf("efa: peer %q region %d: %w", info.Name, r.ID, err)
@@ -271,18 +250,13 @@ func newPeer(info plugins.PeerInfo) (*peer, endpoint, error) {
 		if k.Size != r.Size {
 			return nil, endpoint{}, fmt.Errorf("efa: peer %q region %d: published size %d but its key covers %d bytes: %w", info.Name, r.ID, r.Size, k.Size, plugins.ErrProtocol)
 		}
-		rr := &remoteRegion{id: uint64(r.ID), addr: r.Addr, size: r.Size, key: k, rkey: k.Key}
-		p.byID[rr.id] = rr
-		p.byAddr = append(p.byAddr, rr)
+		list = append(list, &remoteRegion{id: uint64(r.ID), addr: r.Addr, size: r.Size, key: k, rkey: k.Key})
 	}
-	sort.Slice(p.byAddr, func(i, j int) bool { return p.byAddr[i].addr < p.byAddr[j].addr })
-	for i := 1; i < len(p.byAddr); i++ {
-		a, b := p.byAddr[i-1], p.byAddr[i]
-		if a.addr+a.size > b.addr {
-			return nil, endpoint{}, fmt.Errorf("efa: peer %q regions %d and %d overlap: %w", info.Name, a.id, b.id, plugins.ErrProtocol)
-		}
+	x, err := regions.NewIndex(list, func(r *remoteRegion) regions.Span { return regions.Span{ID: r.id, Addr: r.addr, Size: r.size} })
+	if err != nil {
+		return nil, endpoint{}, fmt.Errorf("efa: peer %q published a bad region list: %v: %w", info.Name, err, plugins.ErrProtocol)
 	}
-	return p, ep, nil
+	return &peer{name: info.Name, regions: x}, ep, nil
 }
 
 // Connect inserts the peer's address into the address vector and decodes

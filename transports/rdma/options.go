@@ -10,7 +10,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/units"
 	"github.com/kvconnect/kvconnect/plugins"
-	"github.com/kvconnect/kvconnect/transports/ucx"
+	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
 )
 
 // Options is the rdma transport's config subtree (transports.rdma).
@@ -35,7 +35,7 @@ type Options struct {
 
 	// TLS is the UCX lane list, RDMA transports only: rc, ud, dc and their
 	// verbs / mlx5 forms (rc_verbs, rc_mlx5, rc_v, rc_x, ud_verbs, ud_mlx5,
-	// ud_v, ud_x, dc_mlx5, dc_x) or ib. Empty: "rc,ud" (ucx.RDMALanes);
+	// ud_v, ud_x, dc_mlx5, dc_x) or ib. Empty: "rc,ud" (ucxpath.RDMALanes);
 	// add dc for DC on mlx5 ("rc,ud,dc").
 	TLS string `json:"tls"`
 	// NetDevices is UCX_NET_DEVICES ("mlx5_0:1"). Empty: derived from
@@ -90,7 +90,7 @@ const (
 
 // DefaultOptions are the options used for keys the config leaves out.
 func DefaultOptions() Options {
-	u := ucx.DefaultOptions()
+	u := ucxpath.DefaultOptions()
 	return Options{
 		SysfsRoot:      DefaultSysfsRoot,
 		DevRoot:        DefaultDevRoot,
@@ -175,7 +175,7 @@ func (o Options) checkTesting(lookup func(string) (string, bool)) (bool, error) 
 }
 
 // lanes returns the UCX lane list: tls when set (RDMA transports only),
-// else ucx.RDMALanes; with the test-only option, "tcp".
+// else ucxpath.RDMALanes; with the test-only option, "tcp".
 func (o Options) lanes(testing bool) (string, error) {
 	tls := strings.TrimSpace(o.TLS)
 	if testing {
@@ -185,7 +185,7 @@ func (o Options) lanes(testing bool) (string, error) {
 		return "tcp", nil
 	}
 	if tls == "" {
-		return ucx.RDMALanes, nil
+		return ucxpath.RDMALanes, nil
 	}
 	var out []string
 	for _, f := range strings.Split(tls, ",") {
@@ -244,8 +244,8 @@ func NetDevices(deviceName string, ibPort int) (string, error) {
 
 // ucxOptions is the options JSON for the UCX variant: the ucx keys of o,
 // with the lanes, net devices and UCX settings the rdma transport chose.
-func (o Options) ucxOptions(tls, netDevices string, testing bool) ucx.Options {
-	u := ucx.Options{
+func (o Options) ucxOptions(tls, netDevices string, testing bool) ucxpath.Options {
+	u := ucxpath.Options{
 		TLS:            tls,
 		NetDevices:     netDevices,
 		ThreadMode:     o.ThreadMode,

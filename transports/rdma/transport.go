@@ -9,7 +9,7 @@
 // enough) and turns the first failure into a *plugins.InitError naming
 // the step, the native code, the cause and what to do. When every check
 // passes it brings up the data path: the same UCX code as the ucx
-// transport (ucx.NewVariant), with UCX's RDMA lanes only (rc and ud by
+// transport (transports/internal/ucxpath), with UCX's RDMA lanes only (rc and ud by
 // default, dc on request, over verbs or mlx5), net devices derived from
 // device_name ("mlx5_0" is UCX's "mlx5_0:1"), and a check that UCX did
 // select an RDMA lane; when it did not, Init fails with ErrUnavailable and
@@ -39,7 +39,7 @@ import (
 
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
-	"github.com/kvconnect/kvconnect/transports/ucx"
+	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
 )
 
 // Name is the transport's name in configs and descriptors.
@@ -54,8 +54,8 @@ var _ plugins.Transport = (*Transport)(nil)
 type Transport struct {
 	mu      sync.Mutex
 	state   int
-	dp      *ucx.Transport // the data path, once Init succeeded
-	testing bool           // up over the test-only tcp lanes
+	dp      *ucxpath.Transport // the data path, once Init succeeded
+	testing bool               // up over the test-only tcp lanes
 	// loader, memlock and lookupEnv replace the real library loader,
 	// memlock reader and environment in tests (nil = the real ones).
 	loader    Loader
@@ -149,7 +149,7 @@ func (t *Transport) configure(req plugins.InitRequest) (setup, error) {
 // its options before anything else in Init, and a closed one then refuses
 // to start: an Init on a closed variant checks them and touches nothing.
 func checkUCXOptions(raw []byte) error {
-	v := ucx.NewVariant(ucx.Variant{Name: Name})
+	v := ucxpath.New(ucxpath.Variant{Name: Name})
 	v.Close(context.Background())
 	_, err := v.Init(context.Background(), plugins.InitRequest{Options: raw})
 	if errors.Is(err, plugins.ErrClosed) {
@@ -204,11 +204,11 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		log.Warn("TESTING ONLY: RDMA preflight failed; ignored because transports.rdma."+TestingOption+" is set",
 			zap.String("check", string(r.Check)), zap.Error(r.Diagnosis))
 	}
-	v := ucx.Variant{Name: Name, DefaultTLS: ucx.RDMALanes, Require: ucx.RequireRDMA}
+	v := ucxpath.Variant{Name: Name, Version: Version, DefaultTLS: ucxpath.RDMALanes, Require: ucxpath.RequireRDMA}
 	if s.testing {
-		v = ucx.Variant{Name: Name, DefaultTLS: "tcp"}
+		v = ucxpath.Variant{Name: Name, Version: Version, DefaultTLS: "tcp"}
 	}
-	dp := ucx.NewVariant(v)
+	dp := ucxpath.New(v)
 	res, err := dp.Init(ctx, plugins.InitRequest{Hostname: req.Hostname, Metadata: req.Metadata, Protocol: req.Protocol,
 		Options: s.ucx, Logger: log})
 	if err != nil {
@@ -268,7 +268,7 @@ func dataPathError(err error, r *Report, s setup) error {
 			"UCX opens the devices through libibverbs and the NIC's verbs provider: " + hintProviders + "; `ibv_devinfo` must list the device",
 			fmt.Sprintf("UCX names RDMA devices <device>:<port>, here %s (from device_name and transports.rdma.ib_port, MC_IB_PORT, or transports.rdma.net_devices): "+
 				"they must match the devices `ucx_info -d` lists", nets),
-			fmt.Sprintf("transports.rdma.tls is %q (default %s; add dc for DC on mlx5): it replaces UCX_TLS for this transport, but other UCX_* variables in the environment (UCX_IB_*, UCX_RC_*, UCX_NET_DEVICES when net_devices is empty) still apply and can hide lanes", s.tls, ucx.RDMALanes),
+			fmt.Sprintf("transports.rdma.tls is %q (default %s; add dc for DC on mlx5): it replaces UCX_TLS for this transport, but other UCX_* variables in the environment (UCX_IB_*, UCX_RC_*, UCX_NET_DEVICES when net_devices is empty) still apply and can hide lanes", s.tls, ucxpath.RDMALanes),
 			hintFallback,
 		},
 		Err: ie.Err,
@@ -276,7 +276,7 @@ func dataPathError(err error, r *Report, s setup) error {
 }
 
 // dataPath returns the UCX data path, or why there is none.
-func (t *Transport) dataPath() (*ucx.Transport, error) {
+func (t *Transport) dataPath() (*ucxpath.Transport, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.state {

@@ -15,6 +15,7 @@ import (
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
 	"github.com/kvconnect/kvconnect/transports/ucx"
 )
 
@@ -151,16 +152,16 @@ func TestDeviceNameSelectsDevice(t *testing.T) {
 // UCX selected one: on a host without RDMA either UCX finds no device for
 // the RDMA lanes, or (lanes widened to tcp) the check is the diagnosis.
 func TestVariantRequire(t *testing.T) {
-	ie := initErr(t, ucx.NewVariant(ucx.Variant{Name: "rdmalike", DefaultTLS: ucx.RDMALanes, Require: ucx.RequireRDMA}), plugins.InitRequest{})
+	ie := initErr(t, ucxpath.New(ucxpath.Variant{Name: "rdmalike", DefaultTLS: ucxpath.RDMALanes, Require: ucxpath.RequireRDMA}), plugins.InitRequest{})
 	if ie.Transport != "rdmalike" || ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) || ie.NativeName != "UCS_ERR_NO_DEVICE" {
 		t.Fatalf("RDMA lanes on a host without RDMA: %+v", ie)
 	}
-	ie = initErr(t, ucx.NewVariant(ucx.Variant{Name: "rdmalike", DefaultTLS: "tcp", Require: ucx.RequireRDMA}), plugins.InitRequest{})
+	ie = initErr(t, ucxpath.New(ucxpath.Variant{Name: "rdmalike", DefaultTLS: "tcp", Require: ucxpath.RequireRDMA}), plugins.InitRequest{})
 	if ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) || !strings.Contains(ie.Cause, "no RDMA lane") || !strings.Contains(ie.Cause, "tcp/") {
 		t.Fatalf("tcp lanes with the RDMA check: %+v", ie)
 	}
 	// Without a Require, DefaultTLS applies when the option is empty.
-	tr := ucx.NewVariant(ucx.Variant{Name: "tcponly", DefaultTLS: "tcp"})
+	tr := ucxpath.New(ucxpath.Variant{Name: "tcponly", DefaultTLS: "tcp"})
 	defer tr.Close(context.Background())
 	if _, err := tr.Init(context.Background(), plugins.InitRequest{Hostname: "127.0.0.1"}); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ucx
+package ucxpath
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func (c *rawClient) next(d time.Duration) (message, bool) {
 }
 
 func TestRevokeProtocol(t *testing.T) {
-	tr := New()
+	tr := New(Variant{Name: "ucx"})
 	defer tr.Close(context.Background())
 	res, err := tr.Init(context.Background(), plugins.InitRequest{Hostname: "127.0.0.1", Options: []byte(`{"tls":"tcp","op_timeout":"1s"}`)})
 	if err != nil {

@@ -1,4 +1,4 @@
-package ucx
+package ucxpath
 
 import (
 	"bytes"

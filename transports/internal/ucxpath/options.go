@@ -1,4 +1,4 @@
-package ucx
+package ucxpath
 
 import (
 	"fmt"
@@ -101,6 +101,22 @@ func DefaultOptions() Options {
 		OpTimeout:      units.Duration(30 * time.Second),
 		ConnectTimeout: units.Duration(5 * time.Second),
 	}
+}
+
+// CheckOptions decodes a transport's options (transports.<name>, JSON)
+// and checks their names, types and ranges, without loading UCX: the keys
+// of ucx_config are checked by Init, which knows UCX's. Errors wrap
+// ErrInvalidArgument and name the key.
+func CheckOptions(name string, raw []byte) (Options, error) {
+	opts := DefaultOptions()
+	if err := plugins.DecodeOptions(name, raw, &opts); err != nil {
+		return opts, err
+	}
+	opts.normalize()
+	if err := opts.validate(name); err != nil {
+		return opts, err
+	}
+	return opts, nil
 }
 
 func (o Options) validate(name string) error {
