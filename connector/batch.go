@@ -155,9 +155,9 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 		ops = append([]Op(nil), ops...)
 		for i := range ops {
 			if ops[i].RemoteRegion == 0 {
-				buf, err := remoteRegionAt(l.desc, ops[i].RemoteOffset, ops[i].Length)
+				buf, _, _, err := l.buffers.Resolve(0, ops[i].RemoteOffset, ops[i].Length)
 				if err != nil {
-					return nil, fmt.Errorf("connector: op %d: %w", i, err)
+					return nil, fmt.Errorf("connector: op %d: remote range [0x%x, +%d) of %s: %w", i, ops[i].RemoteOffset, ops[i].Length, l.desc.Name, err)
 				}
 				ops[i].RemoteRegion, ops[i].RemoteOffset = RegionID(buf.ID), ops[i].RemoteOffset-buf.Addr
 			}

@@ -131,13 +131,13 @@ func TestMixedPeers(t *testing.T) {
 	plain := newNode(t)
 	src, dst := alloc(t, fell, 1<<20), alloc(t, plain, 1<<20)
 	transporttest.Fill(src.Bytes(), 5)
-	if err := fell.TransferSyncWrite(ctx, plain.Endpoint(), src.Addr(), dst.Addr(), 1<<20); err != nil {
+	if err := fell.TransferSyncWrite(ctx, plain.SessionID(), src.Addr(), dst.Addr(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
 		t.Fatal("data differs")
 	}
-	peer, err := plain.Open(ctx, fell.Endpoint())
+	peer, err := plain.Open(ctx, fell.SessionID())
 	if err != nil || peer.Transport() != "tcp" {
 		t.Fatalf("Open from the tcp node: %v, transport %v", err, peer)
 	}
@@ -200,11 +200,11 @@ func TestMixedPeersRDMAAndTCP(t *testing.T) {
 	plain := newNode(t)
 	a, b := alloc(t, r, 1<<20), alloc(t, plain, 1<<20)
 	transporttest.Fill(a.Bytes(), 7)
-	if err := r.TransferSyncWrite(ctx, plain.Endpoint(), a.Addr(), b.Addr(), 1<<20); err != nil {
+	if err := r.TransferSyncWrite(ctx, plain.SessionID(), a.Addr(), b.Addr(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	transporttest.Fill(b.Bytes()[:4096], 8)
-	if err := plain.TransferSyncWrite(ctx, r.Endpoint(), b.Addr(), a.Addr()+4096, 4096); err != nil {
+	if err := plain.TransferSyncWrite(ctx, r.SessionID(), b.Addr(), a.Addr()+4096, 4096); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes()[4096:8192], b.Bytes()[:4096]) || !bytes.Equal(a.Bytes()[8192:], b.Bytes()[8192:]) {

@@ -83,11 +83,11 @@ func TestEndToEndPlugin(t *testing.T) {
 	src := alloc(t, a, 8<<20)
 	dst := alloc(t, b, 8<<20)
 	transporttest.Fill(src.Bytes(), 1)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := a.Open(ctx, b.Endpoint()); again != peer {
+	if again, _ := a.Open(ctx, b.SessionID()); again != peer {
 		t.Fatal("second Open of the same session returned a different peer")
 	}
 	if got := peer.Regions(); len(got) != 1 || got[0].ID != dst.ID() || got[0].Addr != dst.Addr() || got[0].Len != uint64(dst.Len()) {
@@ -101,34 +101,34 @@ func TestEndToEndPlugin(t *testing.T) {
 	}
 	// Mooncake-style absolute addresses, both directions.
 	back := alloc(t, a, 1<<20)
-	if err := a.TransferSyncRead(ctx, b.Endpoint(), back.Addr()+10, dst.Addr()+12345, 500000); err != nil {
+	if err := a.TransferSyncRead(ctx, b.SessionID(), back.Addr()+10, dst.Addr()+12345, 500000); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(back.Bytes()[10:500010], src.Bytes()[12345:512345]) {
 		t.Fatal("TransferSyncRead: data differs")
 	}
 	transporttest.Fill(back.Bytes(), 2)
-	if err := a.TransferSyncWrite(ctx, b.Endpoint(), back.Addr(), dst.Addr()+(7<<20), 1<<20); err != nil {
+	if err := a.TransferSyncWrite(ctx, b.SessionID(), back.Addr(), dst.Addr()+(7<<20), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(dst.Bytes()[7<<20:], back.Bytes()) {
 		t.Fatal("TransferSyncWrite: data differs")
 	}
-	err = a.TransferSyncWrite(ctx, b.Endpoint(), back.Addr(), dst.Addr()+(8<<20)-10, 20)
+	err = a.TransferSyncWrite(ctx, b.SessionID(), back.Addr(), dst.Addr()+(8<<20)-10, 20)
 	if !errors.Is(err, connector.ErrOutOfBounds) {
 		t.Fatalf("TransferSyncWrite past the end: %v, want ErrOutOfBounds", err)
 	}
-	err = a.TransferSyncWrite(ctx, b.Endpoint(), 0x10, dst.Addr(), 20)
+	err = a.TransferSyncWrite(ctx, b.SessionID(), 0x10, dst.Addr(), 20)
 	if !errors.Is(err, connector.ErrUnknownRegion) {
 		t.Fatalf("TransferSyncWrite from unregistered memory: %v, want ErrUnknownRegion", err)
 	}
 	// Notifications ride the handshake port.
-	if err := a.Notify(ctx, b.Endpoint(), "done", "blocks 0-9"); err != nil {
+	if err := a.Notify(ctx, b.SessionID(), "done", "blocks 0-9"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case n := <-b.Notifications():
-		if n.From != a.Endpoint() || n.Name != "done" || n.Msg != "blocks 0-9" {
+		if n.From != a.SessionID() || n.Name != "done" || n.Msg != "blocks 0-9" {
 			t.Fatalf("notification %+v", n)
 		}
 	case <-time.After(5 * time.Second):
@@ -151,7 +151,7 @@ func TestNoPayloadInGRPC(t *testing.T) {
 	src := alloc(t, a, 64<<20)
 	dst := alloc(t, b, 64<<20)
 	transporttest.Fill(src.Bytes(), 3)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestOutOfBoundsWriteLeavesNeighboursUntouched(t *testing.T) {
 	transporttest.Fill(r1.Bytes(), 10)
 	transporttest.Fill(r2.Bytes(), 11)
 	before1, before2 := bytes.Clone(r1.Bytes()), bytes.Clone(r2.Bytes())
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	transporttest.Fill(src.Bytes(), 12)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 		t.Fatal("data differs after the restart")
 	}
 	// And b reaches a's regions through a's new endpoint.
-	if err := b.TransferSyncRead(ctx, a.Endpoint(), dst.Addr(), src.Addr(), 4096); err != nil {
+	if err := b.TransferSyncRead(ctx, a.SessionID(), dst.Addr(), src.Addr(), 4096); err != nil {
 		t.Fatalf("peer reading from the restarted node: %v", err)
 	}
 
@@ -334,7 +334,7 @@ func TestInProcessTransport(t *testing.T) {
 	}
 	src, dst := alloc(t, a, 1<<20), alloc(t, b, 1<<20)
 	transporttest.Fill(src.Bytes(), 4)
-	if err := a.TransferSyncWrite(ctx, b.Endpoint(), src.Addr(), dst.Addr(), 1<<20); err != nil {
+	if err := a.TransferSyncWrite(ctx, b.SessionID(), src.Addr(), dst.Addr(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
@@ -450,11 +450,11 @@ func TestPeerRestartReconnects(t *testing.T) {
 	ctx := context.Background()
 	a := newNode(t)
 	b := newNode(t)
-	_, port, _ := net.SplitHostPort(b.Endpoint())
+	_, port, _ := net.SplitHostPort(b.SessionID())
 	src := alloc(t, a, 1<<20)
 	transporttest.Fill(src.Bytes(), 6)
 	alloc(t, b, 1<<20)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestRestartGivesUp(t *testing.T) {
 	}
 	defer a.Close()
 	src := alloc(t, a, 1<<20)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestLargestBatchThroughPlugin(t *testing.T) {
 	a, b := newNode(t), newNode(t)
 	src, dst := alloc(t, a, plugins.MaxBatchOps), alloc(t, b, plugins.MaxBatchOps)
 	transporttest.Fill(src.Bytes(), 13)
-	peer, err := a.Open(ctx, b.Endpoint())
+	peer, err := a.Open(ctx, b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,39 +27,6 @@ const (
 	frameError    byte = 0xFF // reply: {"error": "...", "kind": "..."}
 )
 
-// SegmentDescriptor is what a node publishes about itself.
-type SegmentDescriptor struct {
-	Name       string              `json:"name"`     // session id, host:port
-	Protocol   string              `json:"protocol"` // the transport this node has up
-	Transports []TransportEndpoint `json:"transports"`
-	Buffers    []BufferDescriptor  `json:"buffers"`
-	Timestamp  string              `json:"timestamp"`
-	Version    int                 `json:"version"`
-	// HostID identifies the host (boot id) and the namespaces shared
-	// memory needs; peers with the same HostID may use transports that
-	// only reach the same host.
-	HostID string `json:"host_id,omitempty"`
-}
-
-// TransportEndpoint is one transport a node has up.
-type TransportEndpoint struct {
-	Name     string `json:"name"`
-	Endpoint []byte `json:"endpoint"` // opaque to the connector
-	Summary  string `json:"summary,omitempty"`
-}
-
-// BufferDescriptor is one registered region, as Mooncake lists buffers.
-type BufferDescriptor struct {
-	ID     uint64            `json:"id"`
-	Name   string            `json:"name,omitempty"`
-	Addr   uint64            `json:"addr"`
-	Length uint64            `json:"length"`
-	Keys   map[string][]byte `json:"keys,omitempty"` // per transport
-}
-
-// descriptorVersion is the SegmentDescriptor format version.
-const descriptorVersion = 1
-
 // frame reading and writing ----------------------------------------------
 
 func writeFrame(w io.Writer, typ byte, body []byte) error {
@@ -104,33 +71,9 @@ func decodeFrameHeader(hdr []byte, max int) (int, error) {
 	return int(n - 1), nil
 }
 
-// decodeDescriptor parses and checks a descriptor received from a peer.
-func decodeDescriptor(body []byte) (SegmentDescriptor, error) {
-	var d SegmentDescriptor
-	if err := json.Unmarshal(body, &d); err != nil {
-		return d, fmt.Errorf("connector: malformed segment descriptor: %v: %w", err, ErrProtocol)
-	}
-	if d.Name == "" {
-		return d, fmt.Errorf("connector: segment descriptor without a name: %w", ErrProtocol)
-	}
-	for _, b := range d.Buffers {
-		if b.ID == 0 || b.Length == 0 || b.Addr+b.Length < b.Addr {
-			return d, fmt.Errorf("connector: segment descriptor %s: bad buffer id=%d addr=0x%x length=%d: %w", d.Name, b.ID, b.Addr, b.Length, ErrProtocol)
-		}
-	}
-	return d, nil
-}
-
 type errorReply struct {
 	Error string `json:"error"`
 	Kind  string `json:"kind,omitempty"`
-}
-
-// Notification is a message a peer sent with Notify (Mooncake's notifies).
-type Notification struct {
-	From string `json:"from"` // the sender's session id
-	Name string `json:"name"`
-	Msg  string `json:"msg"`
 }
 
 type probeReply struct {
@@ -226,7 +169,7 @@ func (s *rpcServer) handle(nc net.Conn) {
 		}
 		writeFrame(nc, typ|frameReply, []byte("{}"))
 	case frameProbe:
-		b, _ := json.Marshal(probeReply{Name: s.c.endpoint, Time: time.Now().UTC().Format(time.RFC3339Nano)})
+		b, _ := json.Marshal(probeReply{Name: s.c.session, Time: time.Now().UTC().Format(time.RFC3339Nano)})
 		writeFrame(nc, typ|frameReply, b)
 	default:
 		s.replyError(nc, fmt.Errorf("connector: unknown handshake request type %d: %w", typ, ErrProtocol))

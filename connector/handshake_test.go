@@ -51,31 +51,11 @@ func TestDecodeDescriptorRejects(t *testing.T) {
 		"zero id":      `{"name":"h:1","buffers":[{"id":0,"addr":1,"length":1}]}`,
 		"empty buffer": `{"name":"h:1","buffers":[{"id":1,"addr":1,"length":0}]}`,
 		"wraps":        `{"name":"h:1","buffers":[{"id":1,"addr":18446744073709551615,"length":2}]}`,
+		"duplicate id": `{"name":"h:1","buffers":[{"id":1,"addr":100,"length":2},{"id":1,"addr":200,"length":2}]}`,
+		"overlap":      `{"name":"h:1","buffers":[{"id":1,"addr":100,"length":20},{"id":2,"addr":110,"length":2}]}`,
 	} {
-		if _, err := decodeDescriptor([]byte(body)); !errors.Is(err, ErrProtocol) {
+		if _, _, err := decodeDescriptor([]byte(body)); !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: got %v, want ErrProtocol", name, err)
-		}
-	}
-}
-
-func TestRemoteRegionAt(t *testing.T) {
-	d := &SegmentDescriptor{Name: "p:1", Buffers: []BufferDescriptor{{ID: 1, Addr: 1000, Length: 100}, {ID: 2, Addr: 5000, Length: 10}}}
-	tests := []struct {
-		addr, length uint64
-		id           uint64
-		want         error
-	}{
-		{1000, 100, 1, nil},
-		{1099, 1, 1, nil},
-		{1099, 2, 0, ErrOutOfBounds},
-		{5005, 5, 2, nil},
-		{1100, 1, 0, ErrUnknownRegion},
-		{999, 1, 0, ErrUnknownRegion},
-	}
-	for _, tt := range tests {
-		b, err := remoteRegionAt(d, tt.addr, tt.length)
-		if !errors.Is(err, tt.want) || (err == nil && b.ID != tt.id) {
-			t.Errorf("remoteRegionAt(%d, %d) = %d, %v; want %d, %v", tt.addr, tt.length, b.ID, err, tt.id, tt.want)
 		}
 	}
 }
@@ -109,7 +89,7 @@ func FuzzDecodeDescriptor(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"name":"a","buffers":[{"id":1,"addr":1,"length":1}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d, err := decodeDescriptor(data)
+		d, _, err := decodeDescriptor(data)
 		if err != nil {
 			return
 		}

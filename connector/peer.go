@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 // Peer is an opened remote node. When the connection to it is lost (the
@@ -23,25 +24,27 @@ type Peer struct {
 
 	refresh sync.Mutex // one reconnect at a time
 
-	mu     sync.Mutex
-	desc   SegmentDescriptor
-	at     *activeTransport
-	id     plugins.PeerID
-	stale  bool // the connection was lost; reconnect before the next batch
-	closed bool
+	mu      sync.Mutex
+	desc    SegmentDescriptor
+	buffers *regions.Index[BufferDescriptor] // desc.Buffers, for lookups
+	at      *activeTransport
+	id      plugins.PeerID
+	stale   bool // the connection was lost; reconnect before the next batch
+	closed  bool
 }
 
 // link is a snapshot of how a peer is reached.
 type link struct {
-	at   *activeTransport
-	id   plugins.PeerID
-	desc *SegmentDescriptor
+	at      *activeTransport
+	id      plugins.PeerID
+	desc    *SegmentDescriptor
+	buffers *regions.Index[BufferDescriptor]
 }
 
 func (p *Peer) link() (link, bool, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return link{at: p.at, id: p.id, desc: &p.desc}, p.stale, p.closed
+	return link{at: p.at, id: p.id, desc: &p.desc, buffers: p.buffers}, p.stale, p.closed
 }
 
 // Session is the peer's session id.
@@ -113,7 +116,7 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 	}
 	ctx, cancel := p.c.withTimeout(ctx, p.c.cfg.ConnectTimeout)
 	defer cancel()
-	d, at, id, err := p.c.connectPeer(ctx, p.session)
+	d, buffers, at, id, err := p.c.connectPeer(ctx, p.session)
 	if err != nil {
 		return l, fmt.Errorf("connector: reconnecting to peer %s: %w", p.session, err)
 	}
@@ -124,8 +127,8 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
 	}
 	prev := p.at.name
-	p.desc, p.at, p.id, p.stale = d, at, id, false
-	l = link{at: at, id: id, desc: &p.desc}
+	p.desc, p.buffers, p.at, p.id, p.stale = d, buffers, at, id, false
+	l = link{at: at, id: id, desc: &p.desc, buffers: p.buffers}
 	p.mu.Unlock()
 	if at.name != prev {
 		p.c.log.Warn("reconnected to peer over another transport", zap.String("peer", p.session),
@@ -155,11 +158,11 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
-	d, at, id, err := c.connectPeer(ctx, session)
+	d, buffers, at, id, err := c.connectPeer(ctx, session)
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{c: c, session: session, desc: d, at: at, id: id}
+	p := &Peer{c: c, session: session, desc: d, buffers: buffers, at: at, id: id}
 	c.mu.Lock()
 	if old, ok := c.peers[session]; ok { // lost a race with another Open
 		c.mu.Unlock()
@@ -177,14 +180,14 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 
 // connectPeer fetches session's descriptor and connects to it over the
 // first transport both sides have up.
-func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *activeTransport, plugins.PeerID, error) {
+func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
 	body, err := request(ctx, session, frameMetadata, []byte("{}"), c.cfg.MaxHandshakeFrame)
 	if err != nil {
-		return SegmentDescriptor{}, nil, 0, err
+		return SegmentDescriptor{}, nil, nil, 0, err
 	}
-	d, err := decodeDescriptor(body)
+	d, buffers, err := decodeDescriptor(body)
 	if err != nil {
-		return d, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
+		return d, nil, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
 	}
 	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
 	at, ep := c.pickTransport(&d)
@@ -199,13 +202,13 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 			ours = append(ours, t.name)
 		}
 		if len(ours) == 0 && down != nil {
-			return d, nil, 0, fmt.Errorf("connector: no transport of this node is up to reach %s: %w", session, down)
+			return d, nil, nil, 0, fmt.Errorf("connector: no transport of this node is up to reach %s: %w", session, down)
 		}
 		theirs := make([]string, len(d.Transports))
 		for i, t := range d.Transports {
 			theirs[i] = t.Name
 		}
-		return d, nil, 0, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
+		return d, nil, nil, 0, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
 			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
 	}
 	info := plugins.PeerInfo{Name: session, Endpoint: ep.Endpoint}
@@ -214,9 +217,9 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 	}
 	id, err := at.tr.Connect(ctx, info)
 	if err != nil {
-		return d, nil, 0, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
+		return d, nil, nil, 0, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
 	}
-	return d, at, id, nil
+	return d, buffers, at, id, nil
 }
 
 // Close disconnects the peer; its ops in flight fail.

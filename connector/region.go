@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -14,7 +14,8 @@ import (
 )
 
 // Region is registered shared memory: local ops read and write it, and
-// peers may read and write it within its bounds.
+// peers may read and write it within its bounds. Its memory belongs to
+// the caller until Free; see the package's concurrency notes.
 type Region struct {
 	c    *Connector
 	id   RegionID
@@ -22,7 +23,9 @@ type Region struct {
 	seg  *shm.Segment
 	mem  []byte
 	addr uint64
-	keys map[string][]byte // per transport, as RegisterRegion returned
+	// fileOffset is where mem starts within seg's file.
+	fileOffset uint64
+	keys       map[string][]byte // per transport, as RegisterRegion returned
 
 	once sync.Once
 }
@@ -40,11 +43,11 @@ func (r *Region) Addr() uint64 { return r.addr }
 // Len is the region's size in bytes.
 func (r *Region) Len() int { return len(r.mem) }
 
-// MaxRegionSize bounds one Alloc.
+// MaxRegionSize bounds one region.
 const MaxRegionSize = shm.MaxSize
 
-// Alloc allocates a shared-memory region of size bytes, registers it with
-// the transport and publishes it to peers.
+// Alloc allocates a shared-memory region of size bytes (a sealed memfd),
+// registers it with every transport up and publishes it to peers.
 func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -52,17 +55,60 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	if size <= 0 || size > MaxRegionSize {
 		return nil, fmt.Errorf("connector: Alloc(%d): size must be between 1 byte and %s: %w", size, units.FormatSize(MaxRegionSize), ErrInvalidArgument)
 	}
-	c.mu.Lock()
-	c.nextRegion++
-	id := c.nextRegion
-	c.mu.Unlock()
+	id := c.newRegionID()
 	name := fmt.Sprintf("region-%d", id)
 	seg, err := shm.New(name, size)
 	if err != nil {
 		return nil, fmt.Errorf("connector: Alloc(%s): %w", units.FormatSize(uint64(size)), err)
 	}
+	return c.register(ctx, id, name, seg, 0)
+}
+
+// RegisterFile registers length bytes at offset of shared memory the
+// caller owns: a memfd (sealed against shrinking, F_SEAL_SHRINK), or a
+// file on tmpfs (/dev/shm) or hugetlbfs. It is published and reachable
+// like an allocated region. The node maps its own view of the range and
+// duplicates f's descriptor, so the caller keeps f and may close it; Free
+// releases the node's mapping. A file that cannot be shared with a plugin
+// process (a file on disk, an unsealed memfd, a range past the file's end)
+// is refused with ErrInvalidArgument saying why. A tmpfs or hugetlbfs file
+// cannot be sealed: it must not shrink while it is registered.
+func (c *Connector) RegisterFile(ctx context.Context, f *os.File, offset uint64, length int) (*Region, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return nil, fmt.Errorf("connector: RegisterFile: nil file: %w", ErrInvalidArgument)
+	}
+	if err := shm.CheckShareable(f, offset, length); err != nil {
+		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrInvalidArgument)
+	}
+	dup, err := dupFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("connector: RegisterFile(%s): duplicating its descriptor: %w", f.Name(), err)
+	}
+	seg, err := shm.Map(dup, offset, length)
+	if err != nil {
+		dup.Close()
+		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrInvalidArgument)
+	}
+	id := c.newRegionID()
+	return c.register(ctx, id, fmt.Sprintf("file-%d", id), seg, offset)
+}
+
+func (c *Connector) newRegionID() RegionID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextRegion++
+	return c.nextRegion
+}
+
+// register registers seg (whose memory starts at fileOffset of its file)
+// with every transport up, then publishes it. It releases seg on failure.
+func (c *Connector) register(ctx context.Context, id RegionID, name string, seg *shm.Segment, fileOffset uint64) (*Region, error) {
 	mem := seg.Bytes()
-	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), keys: map[string][]byte{}}
+	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
+		fileOffset: fileOffset, keys: map[string][]byte{}}
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
 	transports := c.active()
@@ -70,27 +116,40 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 		if c.usableOn(at) != nil {
 			continue // down: a restart registers every region anew
 		}
-		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: id, Addr: r.addr, Mem: mem, File: seg.File()})
+		key, err := at.tr.RegisterRegion(ctx, r.transportRegion())
 		if err != nil {
 			for _, done := range transports[:i] {
 				done.tr.DeregisterRegion(context.Background(), id)
 			}
 			seg.Close()
-			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(size)), at.name, err)
+			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(len(mem))), at.name, err)
 		}
 		c.mu.Lock()
 		r.keys[at.name] = key
 		c.mu.Unlock()
 	}
+	if err := c.local.Add(uint64(id), r.addr, mem); err != nil {
+		for _, at := range transports {
+			at.tr.DeregisterRegion(context.Background(), id)
+		}
+		seg.Close()
+		return nil, fmt.Errorf("connector: %w", err)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.local.Remove(context.Background(), uint64(id))
 		r.release()
 		return nil, fmt.Errorf("connector: %w", ErrClosed)
 	}
 	c.regions[id] = r
 	c.mu.Unlock()
 	return r, nil
+}
+
+// transportRegion is r as a transport registers it.
+func (r *Region) transportRegion() plugins.Region {
+	return plugins.Region{ID: r.id, Addr: r.addr, Mem: r.mem, File: r.seg.File(), FileOffset: r.fileOffset}
 }
 
 // Free deregisters the region (waiting for ops on it to end) and unmaps
@@ -108,6 +167,10 @@ func (r *Region) Free(ctx context.Context) error {
 	c.mu.Unlock()
 	if !registered && !draining {
 		return nil // already freed, or released by Close
+	}
+	if registered {
+		// Local lookups hold a region only for an instant.
+		c.local.Remove(ctx, uint64(r.id))
 	}
 	var errs []error
 	for _, at := range c.active() {
@@ -139,31 +202,36 @@ func (r *Region) release() {
 
 // regionAt finds the local region holding [addr, addr+length).
 func (c *Connector) regionAt(addr, length uint64) (*Region, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.regions {
-		if addr >= r.addr && addr-r.addr < uint64(len(r.mem)) {
-			if length > uint64(len(r.mem)) || addr-r.addr > uint64(len(r.mem))-length {
-				return nil, fmt.Errorf("connector: local range [0x%x, +%d) runs past the end of region %d (%d bytes at 0x%x): %w", addr, length, r.id, len(r.mem), r.addr, ErrOutOfBounds)
-			}
-			return r, nil
+	e, _, err := c.local.Resolve(0, addr, length)
+	if err != nil {
+		if errors.Is(err, ErrUnknownRegion) {
+			return nil, fmt.Errorf("connector: local address 0x%x is in no registered region (Alloc or RegisterFile the memory first): %w", addr, ErrUnknownRegion)
 		}
+		return nil, fmt.Errorf("connector: local range [0x%x, +%d): %w", addr, length, err)
 	}
-	return nil, fmt.Errorf("connector: local address 0x%x is in no registered region (Alloc the memory first): %w", addr, ErrUnknownRegion)
+	e.Release()
+	c.mu.Lock()
+	r := c.regions[RegionID(e.ID)]
+	c.mu.Unlock()
+	if r == nil {
+		return nil, fmt.Errorf("connector: local address 0x%x: region %d is being freed: %w", addr, e.ID, ErrUnknownRegion)
+	}
+	return r, nil
 }
 
-// remoteRegionAt finds the peer's buffer holding [addr, addr+length) in its
-// descriptor.
-func remoteRegionAt(d *SegmentDescriptor, addr, length uint64) (BufferDescriptor, error) {
-	i := sort.Search(len(d.Buffers), func(i int) bool { return d.Buffers[i].Addr > addr }) - 1
-	if i >= 0 {
-		b := d.Buffers[i]
-		if addr-b.Addr < b.Length {
-			if length > b.Length || addr-b.Addr > b.Length-length {
-				return b, fmt.Errorf("connector: remote range [0x%x, +%d) runs past the end of %s's region %d: %w", addr, length, d.Name, b.ID, ErrOutOfBounds)
-			}
-			return b, nil
-		}
+// dupFile duplicates f's descriptor (close-on-exec).
+func dupFile(f *os.File) (*os.File, error) {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
-	return BufferDescriptor{}, fmt.Errorf("connector: remote address 0x%x is in no region %s published: %w", addr, d.Name, ErrUnknownRegion)
+	var fd int
+	var derr error
+	if err := sc.Control(func(raw uintptr) { fd, derr = dupCloexec(int(raw)) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }

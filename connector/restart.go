@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // restartBackoff is the wait before each attempt to restart a crashed
@@ -63,7 +61,7 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	c.mu.Unlock()
 	keys := make(map[RegionID][]byte, len(regions))
 	for _, r := range regions {
-		key, err := at.tr.RegisterRegion(ctx, plugins.Region{ID: r.id, Addr: r.addr, Mem: r.mem, File: r.seg.File()})
+		key, err := at.tr.RegisterRegion(ctx, r.transportRegion())
 		if err != nil {
 			closeBounded(context.Background(), at.tr)
 			return fmt.Errorf("registering region %d with the restarted transport: %w", r.id, err)

@@ -44,14 +44,14 @@ func ucxSMNode(t *testing.T) *connector.Connector {
 func TestSameHostPeerUsesSharedMemory(t *testing.T) {
 	a, b := ucxSMNode(t), ucxSMNode(t)
 	src, dst := alloc(t, a, 1<<20), alloc(t, b, 1<<20)
-	peer, err := a.Open(context.Background(), b.Endpoint())
+	peer, err := a.Open(context.Background(), b.SessionID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if peer.Transport() != "ucx" {
 		t.Fatalf("same-host peer reached over %s, want ucx", peer.Transport())
 	}
-	if err := a.TransferSyncWrite(context.Background(), b.Endpoint(), src.Addr(), dst.Addr(), 1<<20); err != nil {
+	if err := a.TransferSyncWrite(context.Background(), b.SessionID(), src.Addr(), dst.Addr(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,7 +132,7 @@ func TestStrictNodesWithNothingInCommon(t *testing.T) {
 	}
 	defer strict.Close()
 	other := newNode(t)
-	_, err = strict.Open(context.Background(), other.Endpoint())
+	_, err = strict.Open(context.Background(), other.SessionID())
 	if !errors.Is(err, connector.ErrNoCommonTransport) {
 		t.Fatalf("Open: %v, want ErrNoCommonTransport", err)
 	}

@@ -276,12 +276,12 @@ func runTarget(ctx context.Context, out io.Writer, f *benchFlags, cfg connector.
 	st := node.C.Status()
 	enc := json.NewEncoder(out)
 	if f.asJSON {
-		if err := enc.Encode(targetReady{Event: "ready", Session: node.C.Endpoint(), Transport: st.Transport, Mode: st.Mode,
+		if err := enc.Encode(targetReady{Event: "ready", Session: node.C.SessionID(), Transport: st.Transport, Mode: st.Mode,
 			BufferSize: node.Buf.Len(), BufferAddr: node.Buf.Addr(), PluginPIDs: node.PluginPIDs()}); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "session=%s\n", node.C.Endpoint())
+		fmt.Fprintf(out, "session=%s\n", node.C.SessionID())
 		fmt.Fprintf(out, "transport=%s mode=%s buffer=%s; serving until interrupted (Ctrl-C)\n",
 			st.Transport, st.Mode, units.FormatSize(uint64(node.Buf.Len())))
 	}

@@ -59,7 +59,7 @@ and status as JSON on stdout, and serves peers until SIGINT or SIGTERM.`,
 			if err := enc.Encode(out); err != nil {
 				return err
 			}
-			log.Info("serving; press Ctrl-C to stop", zap.String("session", c.Endpoint()))
+			log.Info("serving; press Ctrl-C to stop", zap.String("session", c.SessionID()))
 			for {
 				select {
 				case <-ctx.Done():

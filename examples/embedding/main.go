@@ -57,7 +57,7 @@ func run() error {
 	}
 
 	// Open the decode node by its session id and push 16 blocks of 1 MiB.
-	peer, err := prefill.Open(ctx, decode.Endpoint())
+	peer, err := prefill.Open(ctx, decode.SessionID())
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func run() error {
 	fmt.Printf("batch: %d ops in %v, first op %s\n", len(ops), batch.Elapsed(), batch.Status(0))
 
 	// The same by absolute addresses, as vLLM's MooncakeConnector does.
-	if err := prefill.TransferSyncRead(ctx, decode.Endpoint(), src.Addr(), remote.Addr, 4096); err != nil {
+	if err := prefill.TransferSyncRead(ctx, decode.SessionID(), src.Addr(), remote.Addr, 4096); err != nil {
 		return err
 	}
 	if !bytes.Equal(src.Bytes()[:16<<20], dst.Bytes()) {
@@ -86,7 +86,7 @@ func run() error {
 	}
 
 	// Tell the decode node the blocks are there.
-	if err := prefill.Notify(ctx, decode.Endpoint(), "kv_ready", "request-42"); err != nil {
+	if err := prefill.Notify(ctx, decode.SessionID(), "kv_ready", "request-42"); err != nil {
 		return err
 	}
 	n := <-decode.Notifications()

@@ -268,7 +268,7 @@ func runDecode(ctx context.Context, cfg connector.Config, lay layout, log *zap.L
 		return err
 	}
 	st := c.Status()
-	fmt.Printf("ready session=%s transport=%s mode=%s plugin_pid=%d region=%s\n", c.Endpoint(), st.Transport, st.Mode, st.PluginPID, units.FormatSize(lay.total()))
+	fmt.Printf("ready session=%s transport=%s mode=%s plugin_pid=%d region=%s\n", c.SessionID(), st.Transport, st.Mode, st.PluginPID, units.FormatSize(lay.total()))
 	var n connector.Notification
 	select {
 	case <-ctx.Done():

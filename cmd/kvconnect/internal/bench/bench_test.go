@@ -377,7 +377,7 @@ func TestPairVerify(t *testing.T) {
 	<-served
 	served = make(chan struct{})
 	close(served)
-	if len(events) != 4 || events[0].Event != "verify" || events[3].Event != "fill" || events[0].From != p.Initiator.C.Endpoint() {
+	if len(events) != 4 || events[0].Event != "verify" || events[3].Event != "fill" || events[0].From != p.Initiator.C.SessionID() {
 		t.Fatalf("target events: %+v", events)
 	}
 }

@@ -103,7 +103,7 @@ func StartPair(ctx context.Context, cfg connector.Config, bufSize int, opts ...c
 		t.Close()
 		return nil, fmt.Errorf("initiator node: %w", err)
 	}
-	p, err := i.C.Open(ctx, t.C.Endpoint())
+	p, err := i.C.Open(ctx, t.C.SessionID())
 	if err != nil {
 		i.Close()
 		t.Close()
@@ -377,7 +377,7 @@ func ask(ctx context.Context, init *Node, session, name string, req benchRequest
 			return benchReply{}, ctx.Err()
 		case <-timer.C:
 			return benchReply{}, fmt.Errorf("--verify: no answer from %s within %v; is it a kvconnect bench --mode target? It answers this node's session %s (set --hostname so the target can reach it)",
-				session, ReplyTimeout, init.C.Endpoint())
+				session, ReplyTimeout, init.C.SessionID())
 		case n, ok := <-init.C.Notifications():
 			if !ok {
 				return benchReply{}, fmt.Errorf("--verify: the node closed before %s answered", session)

@@ -1,0 +1,59 @@
+package connector
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/transports"
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	log        *zap.Logger
+	catalog    *transports.Catalog
+	inProcess  map[string]bool
+	launchHook func(*host.LaunchConfig)
+	keepTCP    bool
+}
+
+func newOptions(opts []Option) options {
+	o := options{log: zap.NewNop(), catalog: transports.Builtin(), inProcess: map[string]bool{}, keepTCP: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLogger sets the logger. Default: no logging.
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithCatalog sets the transport catalog the node reads its transports'
+// default fallback chains and in-process factories from. Default:
+// transports.Builtin().
+func WithCatalog(c *transports.Catalog) Option { return func(o *options) { o.catalog = c } }
+
+// WithInProcess runs the named transports inside this process, made by
+// their catalog registration's New, instead of as plugin subprocesses. A
+// name whose registration has no factory fails New with
+// ErrInvalidArgument (add one with transports.Catalog.WithFactory).
+func WithInProcess(names ...string) Option {
+	return func(o *options) {
+		for _, n := range names {
+			o.inProcess[n] = true
+		}
+	}
+}
+
+// WithLaunchHook lets the caller adjust how plugin processes are launched
+// (extra environment, gRPC message limits).
+func WithLaunchHook(h func(*host.LaunchConfig)) Option {
+	return func(o *options) { o.launchHook = h }
+}
+
+// WithKeepTCP says whether a node whose chain ended on another transport
+// also keeps tcp up, so peers that fell back to tcp can still reach it.
+// Default true, except in strict mode (fallback: []), which never runs tcp
+// unless tcp is the protocol.
+func WithKeepTCP(keep bool) Option { return func(o *options) { o.keepTCP = keep } }

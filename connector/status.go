@@ -1,0 +1,66 @@
+package connector
+
+// TransportStatus describes one transport the node has up.
+type TransportStatus struct {
+	Name      string `json:"name"`
+	Summary   string `json:"summary"` // its endpoint, for people
+	Mode      string `json:"mode"`    // "plugin" or "in-process"
+	PluginPID int    `json:"plugin_pid,omitempty"`
+	Plugin    string `json:"plugin,omitempty"` // plugin binary
+	Healthy   bool   `json:"healthy"`
+	Problem   string `json:"problem,omitempty"`
+	Restarts  int    `json:"restarts,omitempty"` // plugin restarts after crashes
+}
+
+// Status describes a running connector.
+type Status struct {
+	Session   string `json:"session"`   // this node's session id, host:port
+	Transport string `json:"transport"` // the preferred active transport
+	Summary   string `json:"summary"`
+	Mode      string `json:"mode"` // of the preferred transport
+	PluginPID int    `json:"plugin_pid,omitempty"`
+	Plugin    string `json:"plugin,omitempty"`
+	// Transports are all transports up, in preference order.
+	Transports []TransportStatus `json:"transports"`
+	// Attempts are the chain's tries, in order, with their durations and
+	// diagnoses.
+	Attempts []Attempt `json:"attempts"`
+	Fallback bool      `json:"fallback"` // the preferred transport is not the configured protocol
+	Regions  int       `json:"regions"`
+	Peers    int       `json:"peers"`
+	Healthy  bool      `json:"healthy"`
+	Problem  string    `json:"problem,omitempty"`
+}
+
+// Status reports the transports up, how the chain got there and health.
+func (c *Connector) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.transports[0]
+	s := Status{
+		Session: c.session, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
+		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
+		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
+	}
+	if p.plugin != nil {
+		s.PluginPID, s.Plugin = p.plugin.Pid(), p.plugin.Path()
+	}
+	for _, at := range c.transports {
+		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil, Restarts: at.restarts}
+		if at.plugin != nil {
+			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
+		}
+		if at.crashed != nil {
+			ts.Problem = at.crashed.Error()
+			s.Healthy = false
+			if s.Problem == "" {
+				s.Problem = ts.Problem
+			}
+		}
+		s.Transports = append(s.Transports, ts)
+	}
+	if c.closed {
+		s.Problem = "closed"
+	}
+	return s
+}
