@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -27,16 +28,33 @@ type grpcClient struct {
 	crashed func() (string, error)
 
 	regMu sync.Mutex // keeps fd sends and their RegisterRegion calls in order
+
+	infoMu   sync.Mutex
+	lastInfo plugins.Info // what Info last answered, for after Close
+	haveInfo bool
 }
 
 var _ plugins.Transport = (*grpcClient)(nil)
 
+// Info asks the transport; once it is closed (its process gone) it
+// answers what the transport last said.
 func (c *grpcClient) Info(ctx context.Context) (plugins.Info, error) {
 	r, err := c.rpc.Info(ctx, &proto.InfoRequest{})
 	if err != nil {
-		return plugins.Info{}, c.fromStatus(ctx, "info", err)
+		err = c.fromStatus(ctx, "info", err)
+		c.infoMu.Lock()
+		last, ok := c.lastInfo, c.haveInfo
+		c.infoMu.Unlock()
+		if ok && errors.Is(err, errdefs.ErrClosed) {
+			return last, nil
+		}
+		return plugins.Info{}, err
 	}
-	return plugins.Info{Name: r.Name, Version: r.Version, APIVersion: int(r.ApiVersion), Capabilities: plugins.Capability(r.Capabilities)}, nil
+	info := plugins.Info{Name: r.Name, Version: r.Version, APIVersion: int(r.ApiVersion), Capabilities: plugins.Capability(r.Capabilities)}
+	c.infoMu.Lock()
+	c.lastInfo, c.haveInfo = info, true
+	c.infoMu.Unlock()
+	return info, nil
 }
 
 func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {

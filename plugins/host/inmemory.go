@@ -49,6 +49,10 @@ func InMemory(t plugins.Transport, name string, log *zap.Logger) (plugins.Transp
 	}
 	m := &inMemory{cc: cc, stop: stop}
 	m.grpcClient = &grpcClient{rpc: proto.NewTransportClient(cc), name: name, fds: pluginrpc.NewFDSender(hostEnd), crashed: m.closedReason}
+	if _, err := m.Info(context.Background()); err != nil { // and keep it for after Close
+		m.Close(context.Background())
+		return nil, err
+	}
 	return m, nil
 }
 

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -150,6 +151,21 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		}
 	}
 	p.grpcClient = &grpcClient{rpc: raw.(proto.TransportClient), name: cfg.Name, fds: p.host, crashed: p.crashReason}
+	// The first call proves the plugin serves the transport service, and
+	// leaves its Info for after Close.
+	if _, err := p.Info(ctx); err != nil {
+		p.Close(context.Background())
+		var ie *errdefs.InitError
+		if errors.As(err, &ie) {
+			return nil, ie
+		}
+		return nil, &errdefs.InitError{
+			Transport: cfg.Name, Step: errdefs.StepHandshake,
+			Cause: fmt.Sprintf("%s completed the go-plugin handshake but its transport service did not answer Info: %v", path, err),
+			Hints: []string{"the binary was built with another kvconnect plugin SDK: install the plugin that ships with this kvconnect version"},
+			Err:   fmt.Errorf("%w: %w", errdefs.ErrUnavailable, errdefs.ErrHandshake),
+		}
+	}
 	log.Debug("plugin started", zap.String("path", path), zap.Int("pid", p.Pid()), zap.Duration("took", took))
 	return p, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
-	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/efa"
 )
@@ -36,47 +35,33 @@ var softProviders = []struct {
 	{name: "shm", opts: `{"provider":"shm","op_timeout":"3s"}`},
 }
 
-func TestConformanceInProcess(t *testing.T) {
-	for _, p := range softProviders {
-		t.Run(p.name, func(t *testing.T) {
-			transporttest.Run(t, transporttest.Harness{
-				New: func(t *testing.T) plugins.Transport {
-					return &loggedTransport{Transport: efa.New(), t: t}
-				},
-				Options: []byte(p.opts),
-			})
-		})
-	}
-}
-
-func TestConformanceSubprocess(t *testing.T) {
+// TestConformance runs the suite over each software provider in process,
+// over in-memory gRPC and as a plugin, and as a plugin over shm without
+// CMA.
+func TestConformance(t *testing.T) {
 	bin, err := testbin.Build("./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// shm copies with process_vm_readv/writev (CMA) when ptrace rules
-	// allow it, else through its shared-memory segments (SAR): the second
-	// path is what containers without ptrace permission get.
-	variants := append(softProviders, struct {
-		name string
-		opts string
-		env  []string
-	}{name: "shm_without_cma", opts: `{"provider":"shm","op_timeout":"3s"}`, env: []string{"FI_SHM_DISABLE_CMA=1"}})
-	for _, p := range variants {
+	for _, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
-			transporttest.Run(t, transporttest.Harness{
-				New: func(t *testing.T) plugins.Transport {
-					pl, err := host.Launch(context.Background(), host.LaunchConfig{Name: "efa", Path: bin, Logger: zaptest.NewLogger(t),
-						Env: append([]string{"GORACE=atexit_sleep_ms=0"}, p.env...)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return pl
-				},
+			transporttest.RunModes(t, transporttest.Modes{
+				New:     func() plugins.Transport { return efa.New() },
+				Binary:  bin,
+				Env:     p.env,
 				Options: []byte(p.opts),
 			})
 		})
 	}
+	// shm copies with process_vm_readv/writev (CMA) when ptrace rules
+	// allow it, else through its shared-memory segments (SAR): the second
+	// path is what containers without ptrace permission get.
+	t.Run("shm_without_cma", func(t *testing.T) {
+		transporttest.Run(t, transporttest.Harness{
+			New:     transporttest.Plugin(bin, "FI_SHM_DISABLE_CMA=1"),
+			Options: []byte(`{"provider":"shm","op_timeout":"3s"}`),
+		})
+	})
 }
 
 // loggedTransport gives an in-process transport the test's logger.

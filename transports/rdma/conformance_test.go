@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/rdma"
@@ -25,19 +26,18 @@ var testingOptions = []byte(`{"testing_unsafe_tcp_lanes": true}`)
 const allowTesting = rdma.AllowTestingEnv + "=1"
 
 // The rdma transport's data path (the UCX code it runs on RDMA hosts)
-// passes the conformance suite over the test-only tcp lanes, in-process
-// and as the plugin binary.
-func TestConformanceInProcess(t *testing.T) {
+// passes the conformance suite over the test-only tcp lanes, in-process,
+// over in-memory gRPC and as the plugin binary.
+func TestConformance(t *testing.T) {
 	t.Setenv(rdma.AllowTestingEnv, "1")
-	transporttest.Run(t, transporttest.Harness{
-		New:     func(t *testing.T) plugins.Transport { return rdma.New() },
-		Options: testingOptions,
-	})
-}
-
-func TestConformanceSubprocess(t *testing.T) {
-	transporttest.Run(t, transporttest.Harness{
-		New:     func(t *testing.T) plugins.Transport { return launch(t, allowTesting) },
+	bin, err := testbin.Build("./cmd/kvconnect-transport-rdma", "kvconnect-transport-rdma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	transporttest.RunModes(t, transporttest.Modes{
+		New:     func() plugins.Transport { return rdma.New() },
+		Binary:  bin,
+		Env:     []string{allowTesting},
 		Options: testingOptions,
 	})
 }

@@ -30,17 +30,6 @@ func options(t testing.TB, tls string) []byte {
 	return b
 }
 
-func TestConformanceInProcess(t *testing.T) {
-	for _, tls := range lanes {
-		t.Run(tls, func(t *testing.T) {
-			transporttest.Run(t, transporttest.Harness{
-				New:     func(t *testing.T) plugins.Transport { return ucx.New() },
-				Options: options(t, tls),
-			})
-		})
-	}
-}
-
 func pluginBinary(t testing.TB) string {
 	bin, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx")
 	if err != nil {
@@ -58,12 +47,15 @@ func launch(t testing.TB, bin string) plugins.Transport {
 	return p
 }
 
-func TestConformanceSubprocess(t *testing.T) {
+// TestConformance runs the suite over each lane list in process, over
+// in-memory gRPC and as a plugin.
+func TestConformance(t *testing.T) {
 	bin := pluginBinary(t)
 	for _, tls := range lanes {
 		t.Run(tls, func(t *testing.T) {
-			transporttest.Run(t, transporttest.Harness{
-				New:     func(t *testing.T) plugins.Transport { return launch(t, bin) },
+			transporttest.RunModes(t, transporttest.Modes{
+				New:     func() plugins.Transport { return ucx.New() },
+				Binary:  bin,
 				Options: options(t, tls),
 			})
 		})

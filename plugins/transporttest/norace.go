@@ -1,0 +1,5 @@
+//go:build !race
+
+package transporttest
+
+const raceEnabled = false
