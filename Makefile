@@ -3,6 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 TOOLS := $(CURDIR)/.tools
+# The out-of-tree example plugin: a module of its own, tested and linted too.
+EXAMPLE_PLUGIN := examples/transport-plugin
 export PATH := $(TOOLS):$(PATH)
 # Race-enabled binaries otherwise sleep 1 s at exit; plugin processes exit often in tests.
 export GORACE ?= atexit_sleep_ms=0
@@ -28,6 +30,7 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	$(GO) mod download
+	cd $(EXAMPLE_PLUGIN) && $(GO) mod download
 
 ## build: build the CLI, every plugin binary and the examples into bin/
 build:
@@ -65,10 +68,12 @@ BENCH_ROUNDS ?= 5
 bench: build
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 
-## test: vet, build the plugin binaries, run every test with the race detector
+## test: vet, build the plugin binaries, run every test with the race detector,
+## then the out-of-tree example plugin's tests (its own module)
 test: build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-short: the tests without the race detector
 test-short: build
@@ -80,6 +85,7 @@ lint: check-generate
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## fuzz: run every native fuzz target in the tree for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

@@ -2,14 +2,15 @@ package host
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/kvconnect/kvconnect/errdefs"
@@ -83,7 +84,7 @@ func (m *inMemory) Close(ctx context.Context) error {
 		m.closed.Store(true)
 		m.stop()
 		m.fds.Close()
-		if cerr := m.cc.Close(); cerr != nil && err == nil && !errors.Is(cerr, grpc.ErrClientConnClosing) {
+		if cerr := m.cc.Close(); cerr != nil && err == nil && status.Code(cerr) != codes.Canceled {
 			err = cerr
 		}
 	})
