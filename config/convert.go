@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // convert turns a value as written (a string from the environment or a

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 type kind int

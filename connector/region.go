@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/kvconnect/kvconnect/internal/shm"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 

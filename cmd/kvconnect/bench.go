@@ -22,7 +22,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/cmd/kvconnect/internal/bench"
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 func init() { subcommands = append(subcommands, newBenchCommand) }

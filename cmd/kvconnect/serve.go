@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 func init() { subcommands = append(subcommands, newServeCommand) }

@@ -28,10 +28,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/logging"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 type layout struct {
@@ -79,7 +79,7 @@ func main() {
 		fatal(errors.New("-layers, -blocks, -batch and -inflight must be at least 1"))
 	}
 	lay := layout{Layers: *layers, Blocks: *blocks, BlockSize: bs}
-	log, err := logging.New(*logLevel, "console")
+	log, err := newLogger(*logLevel)
 	if err != nil {
 		fatal(err)
 	}
@@ -298,4 +298,16 @@ func runDecode(ctx context.Context, cfg connector.Config, lay layout, log *zap.L
 		return fmt.Errorf("decode: %d blocks have the wrong checksum", len(m.CRC)-good)
 	}
 	return nil
+}
+
+// newLogger is a console logger on stderr at level (debug, info, warn,
+// error).
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
+	}
+	cfg := zap.NewDevelopmentEncoderConfig()
+	cfg.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(cfg), zapcore.Lock(os.Stderr), lvl)), nil
 }

@@ -10,12 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Levels and formats accepted by New.
-var (
-	Levels  = []string{"debug", "info", "warn", "error"}
-	Formats = []string{"console", "json"}
-)
-
 // New returns a logger writing to stderr at level ("debug", "info",
 // "warn", "error") in format ("console" or "json").
 func New(level, format string) (*zap.Logger, error) {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 

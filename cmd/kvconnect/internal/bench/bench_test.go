@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // envRawServer makes the test binary act as the raw baseline's server

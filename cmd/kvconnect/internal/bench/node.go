@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
 

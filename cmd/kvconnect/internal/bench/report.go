@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Targets of issue 7, checked against the suite's medians.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins/host"
 )
 

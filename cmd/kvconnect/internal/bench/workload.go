@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/units"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Operation is what a run does: READ pulls the peer's blocks into local
