@@ -50,7 +50,7 @@ func StatusOf(err error) OpStatus {
 }
 
 // Batch is a set of ops submitted together. Its ops complete in any order;
-// Wait returns when all have.
+// Wait returns when all have. Its methods are safe for concurrent use.
 type Batch struct {
 	results []OpResult
 	done    chan struct{}

@@ -37,7 +37,8 @@ const (
 	OpWrite = plugins.OpWrite
 )
 
-// Connector is one kvconnect node.
+// Connector is one kvconnect node. It is safe for concurrent use; Close
+// and Shutdown may be called at any time.
 type Connector struct {
 	cfg  Config
 	opts options

@@ -17,7 +17,8 @@ import (
 // Peer is an opened remote node. When the connection to it is lost (the
 // peer restarted, its transport moved), the next Submit fetches its
 // descriptor again and reconnects, so a Peer stays usable across peer
-// restarts.
+// restarts. It is safe for concurrent use: many batches may be in flight
+// on one Peer.
 type Peer struct {
 	c       *Connector
 	session string
