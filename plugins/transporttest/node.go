@@ -49,6 +49,9 @@ func NewNode(t *testing.T, h Harness, name string) *Node {
 		t.Fatalf("%s: Init: %v", name, err)
 	}
 	n.Endpoint = res.Endpoint
+	if h.PeerEndpoint != nil {
+		n.Endpoint = h.PeerEndpoint(res.Endpoint)
+	}
 	return n
 }
 

@@ -46,6 +46,10 @@ type Harness struct {
 	// FailWithin bounds how long a batch may take to fail after its peer
 	// closes or the local transport closes; default 10s.
 	FailWithin time.Duration
+	// PeerEndpoint, when set, rewrites a node's endpoint as its peers
+	// see it: for a transport that speaks more than one wire protocol on
+	// its endpoint, to run the suite over another one.
+	PeerEndpoint func(endpoint []byte) []byte
 }
 
 func (h *Harness) defaults() {
@@ -86,17 +90,19 @@ type Modes struct {
 	Binary string
 	// Env is extra environment for the plugin process.
 	Env []string
-	// Options, Hostname, MaxSize and FailWithin are as in Harness.
-	Options    []byte
-	Hostname   string
-	MaxSize    int
-	FailWithin time.Duration
+	// Options, Hostname, MaxSize, FailWithin and PeerEndpoint are as in
+	// Harness.
+	Options      []byte
+	Hostname     string
+	MaxSize      int
+	FailWithin   time.Duration
+	PeerEndpoint func([]byte) []byte
 }
 
 // RunModes runs the suite in every mode: "InProcess", "InMemoryGRPC" and,
 // when m.Binary is set, "Plugin".
 func RunModes(t *testing.T, m Modes) {
-	h := Harness{Options: m.Options, Hostname: m.Hostname, MaxSize: m.MaxSize, FailWithin: m.FailWithin}
+	h := Harness{Options: m.Options, Hostname: m.Hostname, MaxSize: m.MaxSize, FailWithin: m.FailWithin, PeerEndpoint: m.PeerEndpoint}
 	t.Run("InProcess", func(t *testing.T) {
 		h := h
 		h.New = InProcess(m.New)

@@ -92,6 +92,12 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 		plugins.FillResults(results, err)
 		return err
 	}
+	t.mu.Lock()
+	mp := t.mcpeers[id]
+	t.mu.Unlock()
+	if mp != nil {
+		return mp.transfer(ctx, ops, results)
+	}
 	p, err := t.peer(id)
 	if err != nil {
 		plugins.FillResults(results, err)

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Options is the tcp transport's config subtree (transports.tcp).
@@ -26,6 +26,13 @@ type Options struct {
 	BindAddress string `json:"bind_address"`
 	// Port is the data listener's port; 0 picks a free one.
 	Port int `json:"port"`
+	// Mooncake serves unmodified Mooncake Transfer Engine peers on the
+	// data port too (Mooncake's TCP data protocol, v1 and v2), beside
+	// kvconnect's own framing. Default true.
+	Mooncake bool `json:"mooncake"`
+	// MooncakeLanes is the number of connections to a Mooncake peer; each
+	// carries one request at a time, as Mooncake's server serves them.
+	MooncakeLanes int `json:"mooncake_lanes"`
 }
 
 // DefaultOptions are the options used for keys the config leaves out.
@@ -35,6 +42,8 @@ func DefaultOptions() Options {
 		ChunkSize:      units.Size(1 << 20),
 		ConnectTimeout: units.Duration(5 * time.Second),
 		OpTimeout:      units.Duration(30 * time.Second),
+		Mooncake:       true,
+		MooncakeLanes:  8,
 	}
 }
 
@@ -53,6 +62,8 @@ func (o Options) validate() error {
 		return bad("op_timeout", time.Duration(o.OpTimeout), "must be positive")
 	case o.Port < 0 || o.Port > 65535:
 		return bad("port", o.Port, "must be between 0 and 65535")
+	case o.MooncakeLanes < 1 || o.MooncakeLanes > 64:
+		return bad("mooncake_lanes", o.MooncakeLanes, "must be between 1 and 64")
 	}
 	return nil
 }

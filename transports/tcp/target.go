@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/mcwire"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
@@ -68,6 +69,21 @@ func (tc *targetConn) serve() {
 		t.mu.Unlock()
 	}()
 	br := bufio.NewReaderSize(tc.nc, readBufferSize)
+	// One data port serves both protocols: kvconnect's frames start with
+	// "KVCN", a Mooncake peer's with its request header.
+	first, err := br.Peek(4)
+	if err != nil {
+		return
+	}
+	if !mcwire.IsKVConnect(first) {
+		if !t.opts.Mooncake {
+			t.log.Debug("tcp: refusing a connection that does not speak kvconnect's framing (Mooncake peers are off: transports.tcp.mooncake)",
+				zap.String("remote", tc.nc.RemoteAddr().String()))
+			return
+		}
+		tc.serveMooncake(br)
+		return
+	}
 	fw := newFrameWriter(tc.nc)
 	defer fw.discard()
 	var hb [wire.HeaderSize]byte

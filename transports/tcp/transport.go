@@ -41,6 +41,7 @@ type Transport struct {
 	log     *zap.Logger
 	ln      net.Listener
 	peers   map[plugins.PeerID]*peer
+	mcpeers map[plugins.PeerID]*mcPeer // Mooncake Transfer Engine peers
 	nextID  plugins.PeerID
 	targets map[*targetConn]struct{}
 
@@ -60,6 +61,7 @@ func New() *Transport {
 	return &Transport{
 		log:     zap.NewNop(),
 		peers:   map[plugins.PeerID]*peer{},
+		mcpeers: map[plugins.PeerID]*mcPeer{},
 		targets: map[*targetConn]struct{}{},
 		stop:    make(chan struct{}),
 	}
@@ -170,6 +172,12 @@ func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) e
 
 // Connect dials the peer's data endpoint with every connection.
 func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins.PeerID, error) {
+	if mcAddr, v2, isMooncake, err := parseMooncakeEndpoint(info.Endpoint); isMooncake {
+		if err != nil {
+			return 0, err
+		}
+		return t.connectMooncake(ctx, info, mcAddr, v2)
+	}
 	addr := string(info.Endpoint)
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return 0, fmt.Errorf("tcp: peer %q endpoint %q is not host:port: %w", info.Name, addr, plugins.ErrInvalidArgument)
@@ -201,7 +209,13 @@ func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 	t.mu.Lock()
 	p, ok := t.peers[id]
 	delete(t.peers, id)
+	mp, isMooncake := t.mcpeers[id]
+	delete(t.mcpeers, id)
 	t.mu.Unlock()
+	if isMooncake {
+		mp.close(fmt.Errorf("tcp: Mooncake peer %s disconnected: %w", mp.name, plugins.ErrClosed))
+		return nil
+	}
 	if !ok {
 		return fmt.Errorf("tcp: peer %d: %w", id, plugins.ErrUnknownPeer)
 	}
@@ -221,6 +235,8 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.state = stateClosed
 	peers := t.peers
 	t.peers = map[plugins.PeerID]*peer{}
+	mcpeers := t.mcpeers
+	t.mcpeers = map[plugins.PeerID]*mcPeer{}
 	targets := t.targets
 	t.targets = map[*targetConn]struct{}{}
 	ln := t.ln
@@ -235,6 +251,9 @@ func (t *Transport) Close(ctx context.Context) error {
 	}
 	closedErr := fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
 	for _, p := range peers {
+		p.close(closedErr)
+	}
+	for _, p := range mcpeers {
 		p.close(closedErr)
 	}
 	for tc := range targets {

@@ -1,0 +1,366 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/regions"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/mcwire"
+)
+
+// MooncakeEndpoint is the PeerInfo.Endpoint of a Mooncake Transfer Engine
+// peer: "mooncake/<protocol version>@<host>:<tcp_data_port>". The
+// connector builds it from the peer's Mooncake segment descriptor; the
+// tcp transport then speaks Mooncake's TCP data protocol to it.
+func MooncakeEndpoint(host string, dataPort, protoVersion int) []byte {
+	return []byte(fmt.Sprintf("mooncake/%d@%s", protoVersion, net.JoinHostPort(host, strconv.Itoa(dataPort))))
+}
+
+// parseMooncakeEndpoint splits a MooncakeEndpoint; ok is false for any
+// other endpoint.
+func parseMooncakeEndpoint(ep []byte) (addr string, v2 bool, ok bool, err error) {
+	rest, found := strings.CutPrefix(string(ep), "mooncake/")
+	if !found {
+		return "", false, false, nil
+	}
+	ver, addr, found := strings.Cut(rest, "@")
+	v, verr := strconv.Atoi(ver)
+	if !found || verr != nil || v < 1 {
+		return "", false, true, fmt.Errorf("tcp: Mooncake endpoint %q: want mooncake/<version>@host:port: %w", ep, plugins.ErrInvalidArgument)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", false, true, fmt.Errorf("tcp: Mooncake endpoint %q: %v: %w", ep, err, plugins.ErrInvalidArgument)
+	}
+	return addr, v >= 2, true, nil
+}
+
+// mcPeer is a Mooncake node reached over its TCP data protocol: a pool of
+// lanes (connections), each carrying one request at a time, since a
+// Mooncake server answers the requests of a connection one after another.
+type mcPeer struct {
+	t       *Transport
+	id      plugins.PeerID
+	name    string
+	addr    string
+	v2      bool
+	regions *regions.Index[plugins.RemoteRegion]
+	lanes   chan *mcLane // idle lanes; nil entries are not connected yet
+
+	mu        sync.Mutex
+	busy      map[*mcLane]struct{} // lanes in use, closed by close()
+	closed    error
+	dialErr   error
+	dialErrAt time.Time
+}
+
+type mcLane struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (t *Transport) connectMooncake(ctx context.Context, info plugins.PeerInfo, addr string, v2 bool) (plugins.PeerID, error) {
+	x, err := regions.NewIndex(info.Regions, func(r plugins.RemoteRegion) regions.Span {
+		return regions.Span{ID: uint64(r.ID), Addr: r.Addr, Size: r.Size}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("tcp: Mooncake peer %s published a bad buffer list: %v: %w", info.Name, err, plugins.ErrProtocol)
+	}
+	t.mu.Lock()
+	if err := t.up(); err != nil {
+		t.mu.Unlock()
+		return 0, err
+	}
+	t.nextID++
+	p := &mcPeer{t: t, id: t.nextID, name: info.Name, addr: addr, v2: v2, regions: x,
+		lanes: make(chan *mcLane, t.opts.MooncakeLanes), busy: map[*mcLane]struct{}{}}
+	t.mu.Unlock()
+	for i := 0; i < t.opts.MooncakeLanes; i++ {
+		p.lanes <- nil
+	}
+	// One lane up front proves the data port answers.
+	l, err := p.dial(ctx)
+	if err != nil {
+		return 0, err
+	}
+	<-p.lanes
+	p.lanes <- l
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.up(); err != nil {
+		p.close(err)
+		return 0, err
+	}
+	t.mcpeers[p.id] = p
+	return p.id, nil
+}
+
+func (p *mcPeer) dial(ctx context.Context) (*mcLane, error) {
+	p.mu.Lock()
+	if p.closed != nil {
+		err := p.closed
+		p.mu.Unlock()
+		return nil, err
+	}
+	if p.dialErr != nil && time.Since(p.dialErrAt) < redialBackoff {
+		err := p.dialErr
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.mu.Unlock()
+	d := net.Dialer{Timeout: time.Duration(p.t.opts.ConnectTimeout), KeepAlive: 15 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		err = fmt.Errorf("tcp: dial Mooncake peer %s at %s: %v: %w", p.name, p.addr, err, plugins.ErrPeerUnreachable)
+		p.mu.Lock()
+		p.dialErr, p.dialErrAt = err, time.Now()
+		p.mu.Unlock()
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return &mcLane{nc: nc, br: bufio.NewReaderSize(nc, readBufferSize)}, nil
+}
+
+// acquire takes an idle lane, dialing it if it is not connected.
+func (p *mcPeer) acquire(ctx context.Context) (*mcLane, error) {
+	var l *mcLane
+	select {
+	case l = <-p.lanes:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("tcp: waiting for a lane to Mooncake peer %s: %w", p.name, plugins.ContextError(ctx.Err()))
+	}
+	if l == nil {
+		var err error
+		if l, err = p.dial(ctx); err != nil {
+			p.lanes <- nil
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	if p.closed != nil {
+		err := p.closed
+		p.mu.Unlock()
+		l.nc.Close()
+		p.lanes <- nil
+		return nil, err
+	}
+	p.busy[l] = struct{}{}
+	p.mu.Unlock()
+	return l, nil
+}
+
+// release returns a lane; a broken one is closed and comes back
+// unconnected.
+func (p *mcPeer) release(l *mcLane, broken bool) {
+	p.mu.Lock()
+	delete(p.busy, l)
+	closed := p.closed != nil
+	p.mu.Unlock()
+	if broken || closed {
+		l.nc.Close()
+		l = nil
+	}
+	p.lanes <- l
+}
+
+func (p *mcPeer) close(err error) {
+	p.mu.Lock()
+	if p.closed == nil {
+		p.closed = err
+	}
+	busy := make([]*mcLane, 0, len(p.busy))
+	for l := range p.busy {
+		busy = append(busy, l)
+	}
+	p.mu.Unlock()
+	for _, l := range busy {
+		l.nc.Close() // a request in flight fails at once
+	}
+	for {
+		select {
+		case l := <-p.lanes:
+			if l != nil {
+				l.nc.Close()
+			}
+			defer func() { p.lanes <- nil }()
+		default:
+			return
+		}
+	}
+}
+
+// mcChunk is one request of an op.
+type mcChunk struct {
+	op    int
+	write bool
+	addr  uint64 // the peer's absolute address
+	mem   []byte
+}
+
+// transfer runs a batch against the Mooncake peer: every op is checked
+// against the peer's published buffers and the local regions, split into
+// chunk_size requests, and spread over the lanes.
+func (p *mcPeer) transfer(ctx context.Context, ops []plugins.Op, results []plugins.OpResult) error {
+	t := p.t
+	chunkSize := uint64(t.opts.ChunkSize)
+	var chunks []mcChunk
+	entries := make([]*regions.Entry, len(ops))
+	defer func() {
+		for _, e := range entries {
+			if e != nil {
+				e.Release()
+			}
+		}
+	}()
+	for i := range ops {
+		op := &ops[i]
+		results[i].Err = nil
+		if err := checkOp(op); err != nil {
+			results[i].Err = err
+			continue
+		}
+		_, sp, off, err := p.regions.Resolve(uint64(op.RemoteRegion), op.RemoteOffset, op.Length)
+		if err != nil {
+			results[i].Err = fmt.Errorf("tcp: op %d to Mooncake peer %s: %w", i, p.name, err)
+			continue
+		}
+		e, local, err := t.regions.Resolve(uint64(op.LocalRegion), op.LocalOffset, op.Length)
+		if err != nil {
+			results[i].Err = fmt.Errorf("tcp: local side of op %d: %w", i, err)
+			continue
+		}
+		entries[i] = e
+		for o := uint64(0); o < op.Length; o += chunkSize {
+			n := min(chunkSize, op.Length-o)
+			chunks = append(chunks, mcChunk{op: i, write: op.Kind == plugins.OpWrite, addr: sp.Addr + off + o, mem: local[o : o+n : o+n]})
+		}
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	var mu sync.Mutex // guards results
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	workers := min(len(chunks), t.opts.MooncakeLanes)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(chunks) {
+					return
+				}
+				c := &chunks[k]
+				mu.Lock()
+				failed := results[c.op].Err != nil
+				mu.Unlock()
+				if failed {
+					continue // an earlier chunk of this op failed
+				}
+				if err := p.request(ctx, c); err != nil {
+					mu.Lock()
+					if results[c.op].Err == nil {
+						results[c.op].Err = fmt.Errorf("tcp: op %d to Mooncake peer %s: %w", c.op, p.name, err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tcp: batch to Mooncake peer %s: %w", p.name, plugins.ContextError(err))
+	}
+	return nil
+}
+
+// request runs one request on a lane.
+func (p *mcPeer) request(ctx context.Context, c *mcChunk) error {
+	l, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Duration(p.t.opts.OpTimeout))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	l.nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { l.nc.SetDeadline(time.Now()) })
+	err = p.exchange(l, c)
+	stop()
+	if err != nil {
+		p.release(l, true)
+		if ctx.Err() != nil {
+			return plugins.ContextError(ctx.Err())
+		}
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed != nil {
+			return closed
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("no answer within %v (transports.tcp.op_timeout): %w", time.Duration(p.t.opts.OpTimeout), plugins.ErrTimeout)
+		}
+		return err
+	}
+	l.nc.SetDeadline(time.Time{})
+	p.release(l, false)
+	return nil
+}
+
+// exchange sends one request and reads its answer.
+func (p *mcPeer) exchange(l *mcLane, c *mcChunk) error {
+	var hb [mcwire.HeaderSize]byte
+	mcwire.Header{Size: uint64(len(c.mem)), Addr: c.addr, Write: c.write, V2: p.v2}.Encode(&hb)
+	out := net.Buffers{hb[:]}
+	if c.write {
+		out = append(out, c.mem)
+	}
+	if _, err := out.WriteTo(l.nc); err != nil {
+		return p.broken("send", err)
+	}
+	if p.v2 {
+		var sb [mcwire.StatusSize]byte
+		if _, err := io.ReadFull(l.br, sb[:]); err != nil {
+			return p.broken("receive the status of", err)
+		}
+		if err := mcwire.DecodeStatus(sb[:]); err != nil {
+			return fmt.Errorf("%s of %d bytes at 0x%x: %w", opName(c.write), len(c.mem), c.addr, err)
+		}
+	}
+	if !c.write {
+		if _, err := io.ReadFull(l.br, c.mem); err != nil {
+			return p.broken("receive", err)
+		}
+	}
+	return nil
+}
+
+func opName(write bool) string {
+	if write {
+		return "WRITE"
+	}
+	return "READ"
+}
+
+func (p *mcPeer) broken(what string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	return fmt.Errorf("connection to Mooncake peer %s (%s) broke: could not %s a request: %v: %w", p.name, p.addr, what, err, plugins.ErrPeerUnreachable)
+}
