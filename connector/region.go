@@ -9,8 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/kvconnect/kvconnect/internal/shm"
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Region is registered shared memory: local ops read and write it, and

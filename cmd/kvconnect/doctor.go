@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/internal/version"
 	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 func init() { subcommands = append(subcommands, newDoctorCommand) }

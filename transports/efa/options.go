@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // DefaultProvider is the libfabric provider used when the config names

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Options is the rdma transport's config subtree (transports.rdma).

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // fixture returns the absolute sys and dev roots of testdata/<name>.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // Options is the ucx transport's config subtree (transports.ucx).

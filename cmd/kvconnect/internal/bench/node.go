@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/transports/tcp"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // InProcessTCP is the option that runs the tcp transport inside this

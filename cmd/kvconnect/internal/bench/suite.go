@@ -13,8 +13,8 @@ import (
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/units"
 	"github.com/kvconnect/kvconnect/plugins/host"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // SuiteOptions configures RunSuite. Zero fields take the defaults of
