@@ -60,6 +60,12 @@ type Config struct {
 	// BufferDevice is where KV buffers live: cpu (default). cuda and npu
 	// are not supported yet.
 	BufferDevice string `koanf:"buffer_device" json:"buffer_device"`
+	// MooncakeInterop makes the node a peer of unmodified Mooncake Transfer
+	// Engines whenever tcp is up: its handshake answers Mooncake's, its
+	// descriptor is Mooncake's TCP segment descriptor, its tcp data port
+	// speaks Mooncake's TCP protocol, and Open reaches Mooncake nodes.
+	// nil means true (use config.Bool(false) to turn it off).
+	MooncakeInterop *bool `koanf:"mooncake_interop" json:"mooncake_interop,omitempty"`
 	// Transports holds each transport's own options subtree
 	// (transports.tcp.connections, ...), handed to it as JSON.
 	Transports map[string]map[string]any `koanf:"transports" json:"transports,omitempty"`
@@ -76,6 +82,9 @@ const (
 	DefaultRole               = "kv_both"
 	DefaultBufferDevice       = "cpu"
 )
+
+// Bool returns a pointer to b, for Config's optional booleans.
+func Bool(b bool) *bool { return &b }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -105,6 +114,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BufferDevice == "" {
 		c.BufferDevice = DefaultBufferDevice
+	}
+	if c.MooncakeInterop == nil {
+		c.MooncakeInterop = Bool(true)
 	}
 	return c
 }

@@ -82,6 +82,16 @@ func convert(s *setting, e entry) (any, *Problem) {
 			return nil, bad(s.kind.describe())
 		}
 		return n, nil
+	case kindBool:
+		switch x := e.value.(type) {
+		case bool:
+			return x, nil
+		case string:
+			if b, ok := parseBool(x); ok && strings.TrimSpace(x) != "" {
+				return b, nil
+			}
+		}
+		return nil, bad(boolAllowed)
 	case kindList:
 		list, ok := toList(e.value)
 		if !ok {

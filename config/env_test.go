@@ -147,14 +147,14 @@ func TestKVConnectEnv(t *testing.T) {
 		"KVCONNECT_BUFFER_SIZE=1GB", "KVCONNECT_BUFFER_DEVICE=cpu", "KVCONNECT_CONNECT_TIMEOUT=3s", "KVCONNECT_PLUGIN_START_TIMEOUT=5s",
 		"KVCONNECT_TRANSFER_TIMEOUT=4s", "KVCONNECT_MAX_HANDSHAKE_FRAME=1MiB", "KVCONNECT_PLUGIN_DIR=",
 		"KVCONNECT_LOG_LEVEL=debug", "KVCONNECT_LOG_FORMAT=json", "KVCONNECT_DEVICE_NAME=mlx5_4",
-		"KVCONNECT_METADATA=P2PHANDSHAKE", "KVCONNECT_FALLBACK=tcp",
+		"KVCONNECT_METADATA=P2PHANDSHAKE", "KVCONNECT_FALLBACK=tcp", "KVCONNECT_MOONCAKE_INTEROP=off",
 	}
 	l := mustLoad(t, Options{Environ: env})
 	c := l.Config
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
 		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: MetadataP2P,
-		Fallback: []string{"tcp"}}
+		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false)}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config = %+v\nwant     %+v", c, want)
 	}

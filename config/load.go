@@ -241,6 +241,9 @@ func (ld *loader) codeLayer(c Config) {
 	add("transfer_timeout", c.TransferTimeout, c.TransferTimeout != 0)
 	add("max_handshake_frame", c.MaxHandshakeFrame, c.MaxHandshakeFrame != 0)
 	add("plugin_dir", c.PluginDir, c.PluginDir != "")
+	if c.MooncakeInterop != nil {
+		add("mooncake_interop", *c.MooncakeInterop, true)
+	}
 	for _, name := range sortedKeys(c.Transports) {
 		for _, opt := range sortedKeys(c.Transports[name]) {
 			add(transportsKey+"."+name+"."+opt, c.Transports[name][opt], true)
@@ -473,6 +476,12 @@ func (ld *loader) resolve() (*Loaded, error) {
 	num := func(key string) int { n, _ := get(key).(int64); return int(n) }
 	dur := func(key string) time.Duration { d, _ := get(key).(time.Duration); return d }
 	size := func(key string) uint64 { n, _ := get(key).(uint64); return n }
+	boolean := func(key string) *bool {
+		if b, ok := get(key).(bool); ok {
+			return Bool(b)
+		}
+		return nil
+	}
 
 	cfg.Protocol = str("protocol")
 	if l, ok := get("fallback").([]string); ok {
@@ -492,6 +501,7 @@ func (ld *loader) resolve() (*Loaded, error) {
 	cfg.TransferTimeout = dur("transfer_timeout")
 	cfg.MaxHandshakeFrame = int(min(size("max_handshake_frame"), 1<<40))
 	cfg.PluginDir = str("plugin_dir")
+	cfg.MooncakeInterop = boolean("mooncake_interop")
 	out.LogLevel = str("log_level")
 	out.LogFormat = str("log_format")
 

@@ -16,6 +16,7 @@ const (
 	kindSize
 	kindList
 	kindDevice // a string, or a map per local device index
+	kindBool
 )
 
 // describe says what a value of the kind looks like, for "want ..." texts.
@@ -31,6 +32,8 @@ func (k kind) describe() string {
 		return `a list of transport names like [ucx, tcp] or "ucx,tcp" ([] or "none" for no fallback)`
 	case kindDevice:
 		return `a device name, a comma list, a JSON map per local device index, or a path to a .json file`
+	case kindBool:
+		return boolAllowed
 	}
 	return "a string"
 }
@@ -95,6 +98,8 @@ var settings = []setting{
 		help: "largest handshake frame accepted (at least 4096 bytes)"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
+	{key: "mooncake_interop", kind: kindBool, def: true, flag: "mooncake-interop",
+		help: "serve and open unmodified Mooncake Transfer Engine peers over Mooncake's TCP protocol (whenever tcp is up)"},
 	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels(),
 		help: "log level: debug, info, warn or error"},
 	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats(),

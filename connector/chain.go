@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -173,7 +174,17 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 	}
 	if err == nil {
 		var optsJSON []byte
-		if o := c.cfg.Transports[name]; len(o) > 0 {
+		o := c.cfg.Transports[name]
+		if _, set := o["mooncake"]; name == "tcp" && !c.mooncake() && !set {
+			// mooncake_interop: false turns the tcp transport's Mooncake
+			// data protocol off too.
+			o = maps.Clone(o)
+			if o == nil {
+				o = map[string]any{}
+			}
+			o["mooncake"] = false
+		}
+		if len(o) > 0 {
 			if optsJSON, err = json.Marshal(o); err != nil {
 				err = fmt.Errorf("connector: transports.%s: %v: %w", name, err, ErrInvalidArgument)
 			}
@@ -182,7 +193,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 			ictx, cancel := context.WithTimeout(ctx, initTimeout)
 			at.res, err = tr.Init(ictx, plugins.InitRequest{
 				Hostname: c.cfg.Hostname, Metadata: c.cfg.Metadata, Protocol: c.cfg.Protocol,
-				DeviceName: c.cfg.DeviceName, Options: optsJSON, Logger: c.log.Named(name),
+				DeviceName: c.cfg.DeviceName, BindAddress: c.cfg.BindAddress, Options: optsJSON, Logger: c.log.Named(name),
 			})
 			cancel()
 		}

@@ -395,10 +395,10 @@ func TestNoCommonTransport(t *testing.T) {
 		body := make([]byte, binary.LittleEndian.Uint64(hdr[:8])-1)
 		nc.Read(body)
 		d, _ := json.Marshal(connector.SegmentDescriptor{Name: ln.Addr().String(), Protocol: "rdma",
-			Transports: []connector.TransportEndpoint{{Name: "rdma", Endpoint: []byte("x")}}})
+			KVConnect: &connector.NodeDescriptor{Version: 2, Protocol: "rdma", Transports: []connector.TransportEndpoint{{Name: "rdma", Endpoint: []byte("x")}}}})
 		out := make([]byte, 9+len(d))
 		binary.LittleEndian.PutUint64(out, uint64(1+len(d)))
-		out[8] = 0x81
+		out[8] = 1
 		copy(out[9:], d)
 		nc.Write(out)
 	}()

@@ -47,12 +47,20 @@ func frameHeader(n uint64) []byte {
 func TestDecodeDescriptorRejects(t *testing.T) {
 	for name, body := range map[string]string{
 		"not json":     `{`,
-		"no name":      `{"transports":[]}`,
-		"zero id":      `{"name":"h:1","buffers":[{"id":0,"addr":1,"length":1}]}`,
-		"empty buffer": `{"name":"h:1","buffers":[{"id":1,"addr":1,"length":0}]}`,
-		"wraps":        `{"name":"h:1","buffers":[{"id":1,"addr":18446744073709551615,"length":2}]}`,
-		"duplicate id": `{"name":"h:1","buffers":[{"id":1,"addr":100,"length":2},{"id":1,"addr":200,"length":2}]}`,
-		"overlap":      `{"name":"h:1","buffers":[{"id":1,"addr":100,"length":20},{"id":2,"addr":110,"length":2}]}`,
+		"no name":      `{"kvconnect":{"transports":[]}}`,
+		"zero id":      `{"name":"h:1","kvconnect":{},"buffers":[{"name":"h:1","id":0,"addr":1,"length":1}]}`,
+		"empty buffer": `{"name":"h:1","kvconnect":{},"buffers":[{"name":"h:1","id":1,"addr":1,"length":0}]}`,
+		"wraps":        `{"name":"h:1","kvconnect":{},"buffers":[{"name":"h:1","id":1,"addr":18446744073709551615,"length":2}]}`,
+		"duplicate id": `{"name":"h:1","kvconnect":{},"buffers":[{"name":"h:1","id":1,"addr":100,"length":2},{"name":"h:1","id":1,"addr":200,"length":2}]}`,
+		"overlap":      `{"name":"h:1","kvconnect":{},"buffers":[{"name":"h:1","id":1,"addr":100,"length":20},{"name":"h:1","id":2,"addr":110,"length":2}]}`,
+		// Mooncake's own rules for its descriptors
+		"mooncake buffer without a name":  `{"name":"h:1","protocol":"tcp","buffers":[{"addr":4096,"length":1}]}`,
+		"mooncake buffer at address 0":    `{"name":"h:1","protocol":"tcp","buffers":[{"name":"h:1","addr":0,"length":1}]}`,
+		"mooncake buffer of length 0":     `{"name":"h:1","protocol":"tcp","buffers":[{"name":"h:1","addr":4096,"length":0}]}`,
+		"mooncake overlapping buffers":    `{"name":"h:1","protocol":"tcp","buffers":[{"name":"h:1","addr":4096,"length":100},{"name":"h:1","addr":4100,"length":1}]}`,
+		"mooncake address as a string":    `{"name":"h:1","protocol":"tcp","buffers":[{"name":"h:1","addr":"4096","length":1}]}`,
+		"mooncake data port as a string":  `{"name":"h:1","protocol":"tcp","tcp_data_port":"15001","buffers":[]}`,
+		"mooncake buffer wraps the space": `{"name":"h:1","protocol":"tcp","buffers":[{"name":"h:1","addr":18446744073709551615,"length":2}]}`,
 	} {
 		if _, _, err := decodeDescriptor([]byte(body)); !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: got %v, want ErrProtocol", name, err)
@@ -83,10 +91,12 @@ func FuzzReadFrame(f *testing.F) {
 }
 
 func FuzzDecodeDescriptor(f *testing.F) {
-	good, _ := json.Marshal(SegmentDescriptor{Name: "127.0.0.1:1", Protocol: "tcp",
-		Transports: []TransportEndpoint{{Name: "tcp", Endpoint: []byte("127.0.0.1:2")}},
-		Buffers:    []BufferDescriptor{{ID: 1, Addr: 4096, Length: 4096}}})
+	good, _ := json.Marshal(SegmentDescriptor{Name: "127.0.0.1:1", Protocol: "tcp", TCPDataPort: 2, TCPProtoVersion: 2,
+		KVConnect: &NodeDescriptor{Version: descriptorVersion, Transports: []TransportEndpoint{{Name: "tcp", Endpoint: []byte("127.0.0.1:2")}}},
+		Buffers:   []BufferDescriptor{{Name: "127.0.0.1:1", ID: 1, Addr: 4096, Length: 4096}}})
 	f.Add(good)
+	// captured from an unmodified Mooncake transfer_engine_bench target
+	f.Add([]byte(`{"buffers":[{"addr":140383705104384,"length":1073741824,"name":"127.0.0.1:15838"}],"name":"127.0.0.1:15838","protocol":"tcp","tcp_data_port":15113,"tcp_proto_version":2,"timestamp":"2026-12-01 08:48:09.242926"}` + "\n"))
 	f.Add([]byte(`{"name":"a","buffers":[{"id":1,"addr":1,"length":1}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, _, err := decodeDescriptor(data)

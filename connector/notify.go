@@ -31,17 +31,22 @@ func (c *Connector) Notify(ctx context.Context, session, name, msg string) error
 	}
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
-	body, err := json.Marshal(Notification{From: c.session, Name: name, Msg: msg})
+	body := marshal(requestBody{KVConnect: c.mark(), Name: name, NotifyMsg: msg})
+	rb, err := request(ctx, session, frameNotify, body, c.cfg.MaxHandshakeFrame)
 	if err != nil {
 		return err
 	}
-	_, err = request(ctx, session, frameNotify, body, c.cfg.MaxHandshakeFrame)
-	return err
+	var reply notifyReply
+	if err := json.Unmarshal(rb, &reply); err != nil || reply.NotifyMsg == "" {
+		return fmt.Errorf("connector: notify %s: the peer did not accept it (reply %q): %w", session, rb, ErrPeerUnreachable)
+	}
+	return nil
 }
 
-// Notification is a message a peer sent with Notify (Mooncake's notifies).
+// Notification is a message a peer sent with Notify, or a Mooncake node
+// with its notify (submitTransferWithNotify).
 type Notification struct {
-	From string `json:"from"` // the sender's session id
+	From string `json:"from"` // the sender's session id ("" from a Mooncake node)
 	Name string `json:"name"`
-	Msg  string `json:"msg"`
+	Msg  string `json:"msg"` // Mooncake's notify_msg
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 
@@ -182,16 +181,26 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 // connectPeer fetches session's descriptor and connects to it over the
 // first transport both sides have up.
 func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
-	body, err := request(ctx, session, frameMetadata, []byte("{}"), c.cfg.MaxHandshakeFrame)
+	body, err := request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}), c.cfg.MaxHandshakeFrame)
 	if err != nil {
 		return SegmentDescriptor{}, nil, nil, 0, err
+	}
+	if string(body) == "null\n" || string(body) == "null" {
+		// A Mooncake node answers null while it has no segment yet.
+		return SegmentDescriptor{}, nil, nil, 0, fmt.Errorf("connector: peer %s has no segment yet (it answered null: a Mooncake node that has registered no memory, or is still starting): %w", session, ErrPeerUnreachable)
 	}
 	d, buffers, err := decodeDescriptor(body)
 	if err != nil {
 		return d, nil, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
 	}
-	sort.Slice(d.Buffers, func(i, j int) bool { return d.Buffers[i].Addr < d.Buffers[j].Addr })
-	at, ep := c.pickTransport(&d)
+	theirs := d.transports(session)
+	if d.IsMooncake() && len(theirs) == 0 {
+		return d, nil, nil, 0, d.mooncakeNotReachable(session)
+	}
+	if d.IsMooncake() && !c.mooncake() {
+		return d, nil, nil, 0, fmt.Errorf("connector: peer %s is a Mooncake Transfer Engine node, and mooncake_interop is off on this node: %w", session, ErrNoCommonTransport)
+	}
+	at, ep := c.pickTransport(&d, theirs)
 	if at == nil {
 		var down error
 		var ours []string
@@ -205,12 +214,12 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 		if len(ours) == 0 && down != nil {
 			return d, nil, nil, 0, fmt.Errorf("connector: no transport of this node is up to reach %s: %w", session, down)
 		}
-		theirs := make([]string, len(d.Transports))
-		for i, t := range d.Transports {
-			theirs[i] = t.Name
+		names := make([]string, len(theirs))
+		for i, t := range theirs {
+			names[i] = t.Name
 		}
 		return d, nil, nil, 0, fmt.Errorf("connector: peer %s has transports [%s] up, this node has [%s]: start both with a common protocol, or let them fall back to one both have (e.g. fallback: [tcp]) (Mooncake's NotSupportedTransport): %w",
-			session, strings.Join(theirs, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
+			session, strings.Join(names, ", "), strings.Join(ours, ", "), ErrNoCommonTransport)
 	}
 	info := plugins.PeerInfo{Name: session, Endpoint: ep.Endpoint}
 	for _, b := range d.Buffers {
@@ -248,8 +257,8 @@ func (p *Peer) Close(ctx context.Context) error {
 // order that the peer has up too, and the peer's endpoint for it. A
 // transport that only reaches this host (shared-memory lanes) is chosen
 // only for a peer on this host.
-func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *TransportEndpoint) {
-	sameHost := c.hostID != "" && d.HostID == c.hostID
+func (c *Connector) pickTransport(d *SegmentDescriptor, theirs []TransportEndpoint) (*activeTransport, *TransportEndpoint) {
+	sameHost := c.hostID != "" && d.KVConnect != nil && d.KVConnect.HostID == c.hostID
 	for _, at := range c.active() {
 		if c.usableOn(at) != nil {
 			continue
@@ -257,9 +266,9 @@ func (c *Connector) pickTransport(d *SegmentDescriptor) (*activeTransport, *Tran
 		if at.info.Capabilities&plugins.CapSameHostOnly != 0 && !sameHost {
 			continue
 		}
-		for i := range d.Transports {
-			if d.Transports[i].Name == at.name {
-				return at, &d.Transports[i]
+		for i := range theirs {
+			if theirs[i].Name == at.name {
+				return at, &theirs[i]
 			}
 		}
 	}

@@ -44,8 +44,8 @@ func wedgedPeer(t *testing.T) string {
 	}
 	t.Cleanup(func() { rpc.Close() })
 	desc, _ := json.Marshal(connector.SegmentDescriptor{Name: rpc.Addr().String(), Protocol: "tcp",
-		Transports: []connector.TransportEndpoint{{Name: "tcp", Endpoint: []byte(data.Addr().String())}},
-		Buffers:    []connector.BufferDescriptor{{ID: 1, Addr: 1 << 30, Length: 1 << 20}}})
+		KVConnect: &connector.NodeDescriptor{Version: 2, Protocol: "tcp", Transports: []connector.TransportEndpoint{{Name: "tcp", Endpoint: []byte(data.Addr().String())}}},
+		Buffers:   []connector.BufferDescriptor{{Name: rpc.Addr().String(), ID: 1, Addr: 1 << 30, Length: 1 << 20}}})
 	go func() {
 		for {
 			nc, err := rpc.Accept()
@@ -57,7 +57,7 @@ func wedgedPeer(t *testing.T) string {
 				io.CopyN(io.Discard, nc, int64(binary.LittleEndian.Uint64(hdr[:8])-1))
 				out := make([]byte, 9+len(desc))
 				binary.LittleEndian.PutUint64(out, uint64(1+len(desc)))
-				out[8] = hdr[8] | 0x80
+				out[8] = hdr[8]
 				copy(out[9:], desc)
 				nc.Write(out)
 			}

@@ -1,0 +1,60 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// request sends one handshake request to session and returns the reply
+// body, as Mooncake's client does: one frame out, one frame back (of the
+// same type), then close.
+func request(ctx context.Context, session string, typ byte, body []byte, max int) ([]byte, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", session)
+	if err != nil {
+		return nil, fmt.Errorf("connector: handshake with %s: %v: %w", session, err, ErrPeerUnreachable)
+	}
+	defer nc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	defer stop()
+	if err := writeFrame(nc, typ, body); err != nil {
+		return nil, handshakeIOError(ctx, session, err)
+	}
+	rt, rb, err := readFrame(nc, max)
+	if err != nil {
+		if errors.Is(err, ErrProtocol) {
+			return nil, fmt.Errorf("connector: handshake with %s: %w", session, err)
+		}
+		return nil, handshakeIOError(ctx, session, err)
+	}
+	switch rt {
+	case typ:
+		return rb, nil
+	case frameError:
+		var er errorReply
+		if err := json.Unmarshal(rb, &er); err != nil {
+			return nil, fmt.Errorf("connector: handshake with %s: malformed error reply: %w", session, ErrProtocol)
+		}
+		return nil, remoteError(session, er)
+	}
+	return nil, fmt.Errorf("connector: handshake with %s: reply type %d to request type %d: %w", session, rt, typ, ErrProtocol)
+}
+
+func handshakeIOError(ctx context.Context, session string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("connector: handshake with %s: %w", session, contextError(ctx.Err()))
+	}
+	return fmt.Errorf("connector: handshake with %s: %v: %w", session, err, ErrPeerUnreachable)
+}
+
+// mark is the kvconnect member of this node's request bodies.
+func (c *Connector) mark() *kvconnectMark {
+	return &kvconnectMark{Version: descriptorVersion, Session: c.session}
+}
