@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -49,9 +48,9 @@ transport plugin processes.
 
 Modes:
   --mode target      start a node with --buffer-size of memory, print its
-                     session id ("session=host:port"), serve until Ctrl-C,
-                     and answer initiators' --verify
-  --mode initiator   run against --segment-id host:port
+                     session id ("session=host:port") and serve until Ctrl-C
+  --mode initiator   run against --segment-id host:port: a kvconnect node or
+                     an unmodified Mooncake Transfer Engine (TCP)
   --mode loopback    both nodes in this process, two connectors (each
                      transport still its own plugin process unless
                      --in-process); the default
@@ -60,11 +59,12 @@ Modes:
                      other transport built here, alternating round by round;
                      prints a markdown table (--out writes it to a file)
 
---verify checks the data: before a WRITE run the initiator fills its
-buffer with a pattern derived from --seed, and afterwards the target
-compares every block the run wrote with it and says which blocks it
-checked; before a READ run the initiator asks the target to fill its buffer
-with a (different) pattern and afterwards checks every block it read.
+--verify checks the data with nothing but ops of the initiator, so it
+works against any target (a kvconnect node or an unmodified Mooncake
+one): a WRITE run writes a pattern derived from --seed, then the initiator
+reads every block the run wrote back and compares; before a READ run the
+initiator writes a (different) pattern over the blocks the run reads, and
+afterwards compares what it read. It prints "verified N/N blocks".
 
 The transport, plugin directory and transport options come from the usual
 config flags, file and environment (--protocol, --plugin-dir, --set
@@ -193,12 +193,6 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	defer pair.Close()
-	target := &bench.Target{Node: pair.Target, CorruptBlock: f.corrupt}
-	sctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); target.Serve(sctx, nil) }()
-	defer func() { cancel(); wg.Wait() }()
 	return runAndReport(ctx, cmd, f, w, pair.Initiator, pair.Peer, pair.PluginPIDs())
 }
 
@@ -272,11 +266,9 @@ func runTarget(ctx context.Context, out io.Writer, f *benchFlags, cfg connector.
 		return err
 	}
 	defer node.Close()
-	target := &bench.Target{Node: node, CorruptBlock: f.corrupt}
 	st := node.C.Status()
-	enc := json.NewEncoder(out)
 	if f.asJSON {
-		if err := enc.Encode(targetReady{Event: "ready", Session: node.C.SessionID(), Transport: st.Transport, Mode: st.Mode,
+		if err := json.NewEncoder(out).Encode(targetReady{Event: "ready", Session: node.C.SessionID(), Transport: st.Transport, Mode: st.Mode,
 			BufferSize: node.Buf.Len(), BufferAddr: node.Buf.Addr(), PluginPIDs: node.PluginPIDs()}); err != nil {
 			return err
 		}
@@ -285,25 +277,15 @@ func runTarget(ctx context.Context, out io.Writer, f *benchFlags, cfg connector.
 		fmt.Fprintf(out, "transport=%s mode=%s buffer=%s; serving until interrupted (Ctrl-C)\n",
 			st.Transport, st.Mode, units.FormatSize(uint64(node.Buf.Len())))
 	}
-	target.Serve(ctx, func(ev bench.TargetEvent) {
-		switch {
-		case f.asJSON:
-			enc.Encode(ev)
-		case ev.Error != "":
-			fmt.Fprintf(out, "%s (asked by %s): %s\n", ev.Event, ev.From, ev.Error)
-		case ev.Verify != nil:
-			fmt.Fprintf(out, "verify (asked by %s): %s\n", ev.From, describeVerify(*ev.Verify))
-		default:
-			fmt.Fprintf(out, "fill (asked by %s): buffer filled with the READ pattern for seed %d\n", ev.From, ev.Seed)
-		}
-	})
+	<-ctx.Done()
 	return nil
 }
 
 func runAndReport(ctx context.Context, cmd *cobra.Command, f *benchFlags, w bench.Workload, node *bench.Node, peer *connector.Peer, pids []int) error {
 	label := fmt.Sprintf("%s -> %s: ", w, peer.Session())
+	verifier := &bench.Verifier{Initiator: node, Peer: peer, Op: w.Op, Seed: f.seed, BlockSize: w.BlockSize, CorruptBlock: f.corrupt}
 	if f.verify {
-		if err := bench.PrepareVerify(ctx, node, peer.Session(), w.Op, f.seed, w.BlockSize); err != nil {
+		if err := verifier.Prepare(ctx); err != nil {
 			return err
 		}
 	}
@@ -326,7 +308,7 @@ func runAndReport(ctx context.Context, cmd *cobra.Command, f *benchFlags, w benc
 		return err
 	}
 	if f.verify {
-		v, err := bench.Verify(ctx, node, peer.Session(), w.Op, f.seed, w.BlockSize, blocks)
+		v, err := verifier.Check(ctx, blocks)
 		if err != nil {
 			return err
 		}
@@ -353,11 +335,11 @@ func describeVerify(v bench.VerifyResult) string {
 	case v.Error != "":
 		return fmt.Sprintf("%s could not verify: %s", v.By, v.Error)
 	case v.Mismatched > 0:
-		return fmt.Sprintf("%s checked blocks %s (%d blocks of %s): %d differ from the pattern written, first %v",
-			v.By, v.Blocks, v.Checked, units.FormatSize(uint64(v.BlockSize)), v.Mismatched, v.FirstBad)
+		return fmt.Sprintf("verified %d/%d blocks: %d differ from the pattern written, first %v (%s checked blocks %s of %s)",
+			v.Checked-v.Mismatched, v.Checked, v.Mismatched, v.FirstBad, v.By, v.Blocks, units.FormatSize(uint64(v.BlockSize)))
 	}
-	return fmt.Sprintf("%s checked blocks %s (%d blocks of %s, every block the run moved): all match",
-		v.By, v.Blocks, v.Checked, units.FormatSize(uint64(v.BlockSize)))
+	return fmt.Sprintf("verified %d/%d blocks: all match (%s checked blocks %s of %s, every block the run moved)",
+		v.Checked, v.Checked, v.By, v.Blocks, units.FormatSize(uint64(v.BlockSize)))
 }
 
 func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {

@@ -98,7 +98,7 @@ func TestBenchLoopbackWriteVerify(t *testing.T) {
 		t.Fatalf("run shape: %+v", r)
 	}
 	v := r.Verify
-	if v == nil || !v.OK || v.By != "target" || v.Checked == 0 || v.Mismatched != 0 || v.Blocks == "" {
+	if v == nil || !v.OK || v.By != "initiator (read back)" || v.Checked == 0 || v.Mismatched != 0 || v.Blocks == "" {
 		t.Fatalf("verification: %+v", v)
 	}
 }
@@ -176,9 +176,6 @@ func TestBenchTargetInitiator(t *testing.T) {
 		if r.Peer != session || len(r.PluginPIDs) != 1 || r.Verify == nil || !r.Verify.OK {
 			t.Fatalf("initiator %s: %+v, verify %+v", op, r, r.Verify)
 		}
-	}
-	if !strings.Contains(tout.String(), "verify (asked by ") || !strings.Contains(tout.String(), "all match") {
-		t.Errorf("the target did not report its verification:\n%s", tout.String())
 	}
 }
 

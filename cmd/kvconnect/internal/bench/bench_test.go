@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -304,7 +303,8 @@ func checkResult(t *testing.T, r Result) {
 }
 
 // TestPairVerify runs WRITE and READ between two nodes (plugins) and
-// checks verification end to end, including a damaged block.
+// checks verification end to end, including a damaged block, with only
+// the initiator's ops.
 func TestPairVerify(t *testing.T) {
 	checkGoroutines(t)
 	ctx := context.Background()
@@ -318,19 +318,8 @@ func TestPairVerify(t *testing.T) {
 	if p.Mode() != "plugin" || len(p.PluginPIDs()) != 2 {
 		t.Fatalf("mode %q, plugin pids %v", p.Mode(), p.PluginPIDs())
 	}
-	target := &Target{Node: p.Target, CorruptBlock: -1}
-	var events []TargetEvent
-	var mu sync.Mutex
-	sctx, cancel := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		target.Serve(sctx, func(ev TargetEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
-	}()
-	defer func() { cancel(); <-served }()
-	session := p.Peer.Session()
-
-	if err := PrepareVerify(ctx, p.Initiator, session, Write, 5, bs); err != nil {
+	v := &Verifier{Initiator: p.Initiator, Peer: p.Peer, Op: Write, Seed: 5, BlockSize: bs, CorruptBlock: -1}
+	if err := v.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w := Workload{Op: Write, BlockSize: bs, BatchSize: 8, Threads: 2, Duration: 50 * time.Millisecond}
@@ -342,23 +331,26 @@ func TestPairVerify(t *testing.T) {
 	if res.Transport != "tcp" || res.Mode != "plugin" || blocks.Total() < 8 || blocks.Total() > 64 {
 		t.Fatalf("transport %s mode %s blocks %s", res.Transport, res.Mode, blocks)
 	}
-	v, err := Verify(ctx, p.Initiator, session, Write, 5, bs, blocks)
-	if err != nil || !v.OK || v.Checked != blocks.Total() || v.By != "target" {
-		t.Fatalf("verify WRITE: %+v, %v", v, err)
+	r, err := v.Check(ctx, blocks)
+	if err != nil || !r.OK || r.Checked != blocks.Total() {
+		t.Fatalf("verify WRITE: %+v, %v", r, err)
 	}
-	target.CorruptBlock = 0
-	v, err = Verify(ctx, p.Initiator, session, Write, 5, bs, blocks)
-	if err != nil || v.OK || v.Mismatched != 1 || v.FirstBad[0] != 0 || v.Blocks != blocks.String() {
-		t.Fatalf("verify WRITE with block 0 damaged: %+v, %v", v, err)
+	// What the target holds is what the run wrote: the target's memory.
+	if !checkPattern(p.Target.Buf.Bytes()[:bs], 0, 5) {
+		t.Fatal("the target's first block does not hold the pattern the run wrote")
 	}
-	// The wrong seed fails every block (and the hook undoes the damage).
-	v, err = Verify(ctx, p.Initiator, session, Write, 6, bs, blocks)
-	if err != nil || v.Mismatched != blocks.Total() {
-		t.Fatalf("verify WRITE with the wrong seed: %+v, %v", v, err)
+	v.CorruptBlock = 0
+	r, err = v.Check(ctx, blocks)
+	if err != nil || r.OK || r.Mismatched != 1 || r.FirstBad[0] != 0 || r.Blocks != blocks.String() {
+		t.Fatalf("verify WRITE with block 0 damaged: %+v, %v", r, err)
 	}
-	target.CorruptBlock = -1
+	v.CorruptBlock, v.Seed = -1, 6 // the wrong seed fails every block
+	if r, err := v.Check(ctx, blocks); err != nil || r.Mismatched != blocks.Total() {
+		t.Fatalf("verify WRITE with the wrong seed: %+v, %v", r, err)
+	}
 
-	if err := PrepareVerify(ctx, p.Initiator, session, Read, 5, bs); err != nil {
+	v = &Verifier{Initiator: p.Initiator, Peer: p.Peer, Op: Read, Seed: 5, BlockSize: bs, CorruptBlock: 3}
+	if err := v.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.Op = Read
@@ -367,18 +359,18 @@ func TestPairVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResult(t, res)
-	if v, err := Verify(ctx, p.Initiator, session, Read, 5, bs, blocks); err != nil || !v.OK || v.By != "initiator" {
-		t.Fatalf("verify READ: %+v, %v", v, err)
+	if r, err := v.Check(ctx, blocks); err != nil || r.OK || r.Mismatched != 1 || r.FirstBad[0] != 3 {
+		t.Fatalf("verify READ with block 3 zeroed on the target: %+v, %v", r, err)
 	}
-	if v, _ := Verify(ctx, p.Initiator, session, Read, 6, bs, blocks); v.OK {
-		t.Fatalf("verify READ with the wrong seed passed: %+v", v)
+	v.CorruptBlock = -1
+	if err := v.Prepare(ctx); err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	<-served
-	served = make(chan struct{})
-	close(served)
-	if len(events) != 4 || events[0].Event != "verify" || events[3].Event != "fill" || events[0].From != p.Initiator.C.SessionID() {
-		t.Fatalf("target events: %+v", events)
+	if _, blocks, err = Run(ctx, RunInput{Initiator: p.Initiator, Peer: p.Peer, Workload: w}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := v.Check(ctx, blocks); err != nil || !r.OK || r.By != "initiator" {
+		t.Fatalf("verify READ: %+v, %v", r, err)
 	}
 }
 
