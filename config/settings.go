@@ -202,6 +202,7 @@ var compatEnvs = []CompatEnv{
 	{"MOONCAKE_DEVICE", "device_name", "SGLang: device name(s), the same formats as device_name"},
 	{"MOONCAKE_TE_META_DATA_SERVER", "metadata", "SGLang: metadata server (P2PHANDSHAKE)"},
 	{"MC_TCP_BIND_ADDRESS", "transports.tcp.bind_address", "Mooncake: local address the tcp transport binds"},
+	{"MC_TCP_PROTO", "transports.tcp.mooncake_proto", "Mooncake: 1 speaks Mooncake's TCP protocol v1 to Mooncake peers even when they advertise v2"},
 	{"MC_TRANSFER_TIMEOUT", "transfer_timeout", "Mooncake: transfer timeout in seconds"},
 	{"MC_GID_INDEX", "transports.rdma.gid_index", "Mooncake: GID table index of the RDMA device (RoCE)"},
 	{"MC_IB_PORT", "transports.rdma.ib_port", "Mooncake: port of the RDMA device, from 1"},

@@ -81,6 +81,9 @@ func (t *Transport) connectMooncake(ctx context.Context, info plugins.PeerInfo, 
 		return 0, err
 	}
 	t.nextID++
+	if t.opts.MooncakeProto == 1 {
+		v2 = false
+	}
 	p := &mcPeer{t: t, id: t.nextID, name: info.Name, addr: addr, v2: v2, regions: x,
 		lanes: make(chan *mcLane, t.opts.MooncakeLanes), busy: map[*mcLane]struct{}{}}
 	t.mu.Unlock()

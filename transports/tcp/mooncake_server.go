@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"time"
@@ -16,15 +15,23 @@ import (
 // registered regions by absolute address before memory is touched. A bad
 // request is rejected (v2: status "address rejected", v1: nothing) and
 // the connection closed, as Mooncake's own server does.
-func (tc *targetConn) serveMooncake(br *bufio.Reader) {
+//
+// Headers are read straight from the socket, never ahead of the request
+// being served, so a v1 READ can wait for the other connections' WRITEs
+// that arrived before it (mooncakeOrder).
+func (tc *targetConn) serveMooncake(first [4]byte) {
 	t := tc.t
 	remote := tc.nc.RemoteAddr().String()
+	mc := tc.mc
 	var hb [mcwire.HeaderSize]byte
 	var sb [mcwire.StatusSize]byte
+	copy(hb[:], first[:])
+	have := len(first)
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		if _, err := io.ReadFull(tc.nc, hb[have:]); err != nil {
 			return // the peer closed (pool off: after each request)
 		}
+		have = 0
 		h, err := mcwire.Decode(hb[:])
 		var mem []byte
 		var release func()
@@ -46,7 +53,16 @@ func (tc *targetConn) serveMooncake(br *bufio.Reader) {
 			}
 			return
 		}
-		ok := tc.mooncakeBody(br, h, mem, &sb)
+		if h.Write {
+			mc.writing.Store(true)
+		} else if !h.V2 {
+			t.order.waitForWrites(mc, time.Duration(t.opts.OpTimeout))
+		}
+		ok := tc.mooncakeBody(h, mem, &sb)
+		if h.Write {
+			mc.writing.Store(false)
+			t.order.wrote()
+		}
 		release()
 		if !ok {
 			return
@@ -55,14 +71,14 @@ func (tc *targetConn) serveMooncake(br *bufio.Reader) {
 }
 
 // mooncakeBody moves one request's payload; false ends the connection.
-func (tc *targetConn) mooncakeBody(br *bufio.Reader, h mcwire.Header, mem []byte, sb *[mcwire.StatusSize]byte) bool {
+func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.StatusSize]byte) bool {
 	timeout := time.Duration(tc.t.opts.OpTimeout)
 	mcwire.EncodeStatus(sb, mcwire.StatusOK)
 	if h.Write {
 		// The payload is read under op_timeout, so a peer that stalls
 		// mid-write cannot hold the region (and a Deregister) forever.
 		tc.nc.SetReadDeadline(time.Now().Add(timeout))
-		_, err := io.ReadFull(br, mem)
+		_, err := io.ReadFull(tc.nc, mem)
 		tc.nc.SetReadDeadline(time.Time{})
 		if err != nil {
 			return false

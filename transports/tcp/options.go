@@ -33,6 +33,11 @@ type Options struct {
 	// MooncakeLanes is the number of connections to a Mooncake peer; each
 	// carries one request at a time, as Mooncake's server serves them.
 	MooncakeLanes int `json:"mooncake_lanes"`
+	// MooncakeProto is the Mooncake TCP protocol version spoken to Mooncake
+	// peers: 0 (default) the version a peer advertises, 1 always v1 (as
+	// Mooncake's MC_TCP_PROTO=1 does). v1 has no status: a WRITE the peer
+	// rejects looks complete.
+	MooncakeProto int `json:"mooncake_proto"`
 }
 
 // DefaultOptions are the options used for keys the config leaves out.
@@ -64,6 +69,8 @@ func (o Options) validate() error {
 		return bad("port", o.Port, "must be between 0 and 65535")
 	case o.MooncakeLanes < 1 || o.MooncakeLanes > 64:
 		return bad("mooncake_lanes", o.MooncakeLanes, "must be between 1 and 64")
+	case o.MooncakeProto != 0 && o.MooncakeProto != 1:
+		return bad("mooncake_proto", o.MooncakeProto, "must be 0 (as the peer advertises) or 1 (always v1)")
 	}
 	return nil
 }

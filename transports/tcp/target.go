@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ const readBufferSize = 16 << 10
 type targetConn struct {
 	t  *Transport
 	nc net.Conn
+	mc *mcConn // its entry in t.order, removed when it is not a Mooncake peer or ends
 }
 
 func (t *Transport) acceptLoop(ln net.Listener) {
@@ -35,10 +37,13 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 			}
 			return
 		}
-		tc := &targetConn{t: t, nc: nc}
+		// Registered before its first byte is read, so a v1 READ elsewhere
+		// waits for a WRITE it carries (mooncakeOrder).
+		tc := &targetConn{t: t, nc: nc, mc: t.order.add(nc)}
 		t.mu.Lock()
 		if t.state != stateUp {
 			t.mu.Unlock()
+			t.order.remove(tc.mc)
 			nc.Close()
 			return
 		}
@@ -64,26 +69,30 @@ func (tc *targetConn) serve() {
 	defer t.wg.Done()
 	defer func() {
 		tc.nc.Close()
+		t.order.remove(tc.mc)
 		t.mu.Lock()
 		delete(t.targets, tc)
 		t.mu.Unlock()
 	}()
-	br := bufio.NewReaderSize(tc.nc, readBufferSize)
 	// One data port serves both protocols: kvconnect's frames start with
-	// "KVCN", a Mooncake peer's with its request header.
-	first, err := br.Peek(4)
-	if err != nil {
+	// "KVCN", a Mooncake peer's with its request header. The four bytes
+	// are read unbuffered, so a Mooncake connection's unread input stays
+	// in its socket (see mooncakeOrder).
+	var first [4]byte
+	if _, err := io.ReadFull(tc.nc, first[:]); err != nil {
 		return
 	}
-	if !mcwire.IsKVConnect(first) {
+	if !mcwire.IsKVConnect(first[:]) {
 		if !t.opts.Mooncake {
 			t.log.Debug("tcp: refusing a connection that does not speak kvconnect's framing (Mooncake peers are off: transports.tcp.mooncake)",
 				zap.String("remote", tc.nc.RemoteAddr().String()))
 			return
 		}
-		tc.serveMooncake(br)
+		tc.serveMooncake(first)
 		return
 	}
+	t.order.remove(tc.mc) // kvconnect's framing has its own acknowledgments
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first[:]), tc.nc), readBufferSize)
 	fw := newFrameWriter(tc.nc)
 	defer fw.discard()
 	var hb [wire.HeaderSize]byte

@@ -46,6 +46,7 @@ type Transport struct {
 	targets map[*targetConn]struct{}
 
 	regions regions.Table
+	order   mooncakeOrder  // v1 read-after-write across Mooncake connections
 	wg      sync.WaitGroup // accept loop, target conns, watchdog
 	stop    chan struct{}
 }
@@ -107,6 +108,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	}
 	t.opts = opts
 	t.ln = ln
+	t.order.listen(ln)
 	t.state = stateUp
 	port := ln.Addr().(*net.TCPAddr).Port
 	host := advertisedHost(req.Hostname, ln.Addr().(*net.TCPAddr).IP)
