@@ -36,7 +36,7 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 		}
 		tc := &targetConn{t: t, nc: nc}
 		t.mu.Lock()
-		if t.state != stateUp {
+		if t.guard.Up(Name) != nil {
 			t.mu.Unlock()
 			nc.Close()
 			return
