@@ -30,7 +30,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -51,8 +50,7 @@ var _ plugins.Transport = (*Transport)(nil)
 // Transport is the Ascend transport. Init never succeeds (there is no NPU
 // data path); it says why. The zero value is not usable; call New.
 type Transport struct {
-	mu     sync.Mutex
-	closed bool
+	guard plugins.Guard
 
 	// probe replaces Probe's hooks in tests.
 	probe ProbeOptions
@@ -76,12 +74,11 @@ func (t *Transport) Info(ctx context.Context) (plugins.Info, error) {
 // plugins.ErrUnavailable so the fallback chain moves on; malformed options
 // and hostnames wrap plugins.ErrInvalidArgument, as in every transport.
 func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
-	t.mu.Lock()
-	closed, po := t.closed, t.probe
-	t.mu.Unlock()
-	if closed {
-		return plugins.InitResult{}, fmt.Errorf("ascend: Init after Close: %w", plugins.ErrClosed)
+	if err := t.guard.BeginInit(Name); err != nil {
+		return plugins.InitResult{}, err
 	}
+	defer t.guard.EndInit(Name, false) // Init never succeeds: the transport stays new
+	po := t.probe
 	log := req.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -270,8 +267,6 @@ func (t *Transport) Transfer(ctx context.Context, peer plugins.PeerID, ops []plu
 
 // Close marks the transport closed; it holds nothing. It is idempotent.
 func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
+	t.guard.BeginClose()
 	return nil
 }

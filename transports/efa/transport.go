@@ -55,8 +55,8 @@ var _ plugins.Transport = (*Transport)(nil)
 // Transport is the EFA (libfabric) transport. The zero value is not
 // usable; call New.
 type Transport struct {
+	guard  plugins.Guard
 	mu     sync.Mutex
-	state  int
 	opts   Options
 	log    *zap.Logger
 	fab    *fabric
@@ -65,12 +65,6 @@ type Transport struct {
 
 	regions regions.Table
 }
-
-const (
-	stateNew = iota
-	stateUp
-	stateClosed
-)
 
 // New returns an efa transport. It does nothing until Init: no library is
 // loaded and no device is touched.
@@ -108,24 +102,26 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		}
 		opts.Domain = d
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch t.state {
-	case stateUp:
-		return plugins.InitResult{}, fmt.Errorf("efa: Init called twice: %w", plugins.ErrInvalidArgument)
-	case stateClosed:
-		return plugins.InitResult{}, fmt.Errorf("efa: Init after Close: %w", plugins.ErrClosed)
+	if err := t.guard.BeginInit(Name); err != nil {
+		return plugins.InitResult{}, err
 	}
 	if req.Logger != nil {
 		t.log = req.Logger
 	}
 	fab, res, err := openFabric(opts, t.log)
 	if err != nil {
+		t.guard.EndInit(Name, false)
+		return plugins.InitResult{}, err
+	}
+	t.mu.Lock()
+	if err := t.guard.EndInit(Name, true); err != nil {
+		t.mu.Unlock()
+		fab.close(context.Background()) // Close came while Init ran
 		return plugins.InitResult{}, err
 	}
 	t.opts = opts
 	t.fab = fab
-	t.state = stateUp
+	t.mu.Unlock()
 	return res, nil
 }
 
@@ -145,20 +141,10 @@ func configError(err error) *plugins.InitError {
 	return &plugins.InitError{Transport: Name, Step: plugins.StepConfigure, Cause: err.Error(), Err: err}
 }
 
-func (t *Transport) up() error {
-	switch t.state {
-	case stateNew:
-		return fmt.Errorf("efa: %w", plugins.ErrNotInitialized)
-	case stateClosed:
-		return fmt.Errorf("efa: %w", plugins.ErrClosed)
-	}
-	return nil
-}
-
 func (t *Transport) fabric() (*fabric, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		return nil, err
 	}
 	return t.fab, nil
@@ -278,7 +264,7 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	p.conn = conn
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		return 0, err // Close tears the fabric down, conn with it
 	}
 	t.nextID++
@@ -303,7 +289,7 @@ func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 func (t *Transport) peer(id plugins.PeerID) (*peer, *fabric, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		return nil, nil, err
 	}
 	p, ok := t.peers[id]
@@ -345,10 +331,7 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 			b.unreported--
 		}
 	}
-	t.mu.Lock()
-	err = t.up()
-	t.mu.Unlock()
-	if err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		// Closed while the ops were being checked: Close took the regions
 		// away, so lookups above may have failed for that reason.
 		for i := range b.ops {
@@ -397,12 +380,11 @@ func (t *Transport) prepare(f *fabric, b *batch, p *peer, i int, op plugins.Op) 
 // forgets every region. It is idempotent.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.state == stateClosed {
+	first, wasUp := t.guard.BeginClose()
+	if !first {
 		t.mu.Unlock()
 		return nil
 	}
-	wasUp := t.state == stateUp
-	t.state = stateClosed
 	t.peers = map[plugins.PeerID]*peer{}
 	f := t.fab
 	t.mu.Unlock()

@@ -52,8 +52,8 @@ var _ plugins.Transport = (*Transport)(nil)
 
 // Transport is the rdma transport. Create it with New.
 type Transport struct {
+	guard   plugins.Guard
 	mu      sync.Mutex
-	state   int
 	dp      *ucxpath.Transport // the data path, once Init succeeded
 	testing bool               // up over the test-only tcp lanes
 	// loader, memlock and lookupEnv replace the real library loader,
@@ -62,12 +62,6 @@ type Transport struct {
 	memlock   func() Memlock
 	lookupEnv func(string) (string, bool)
 }
-
-const (
-	stateNew = iota
-	stateUp
-	stateClosed
-)
 
 // New returns an rdma transport. It does nothing until Init.
 func New() *Transport { return &Transport{} }
@@ -171,21 +165,39 @@ func checkUCXOptions(raw []byte) error {
 // variable) the preflight's verdict is logged and ignored and the data
 // path runs over UCX's tcp lanes.
 func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch t.state {
-	case stateClosed:
-		return plugins.InitResult{}, fmt.Errorf("rdma: Init after Close: %w", plugins.ErrClosed)
-	case stateUp:
-		return plugins.InitResult{}, fmt.Errorf("rdma: Init called twice: %w", plugins.ErrInvalidArgument)
-	}
-	s, err := t.configure(req)
-	if err != nil {
-		return plugins.InitResult{}, configError(err)
+	if err := t.guard.BeginInit(Name); err != nil {
+		return plugins.InitResult{}, err
 	}
 	log := req.Logger
 	if log == nil {
 		log = zap.NewNop()
+	}
+	dp, res, testing, err := t.start(ctx, req, log)
+	if err != nil {
+		t.guard.EndInit(Name, false)
+		return plugins.InitResult{}, err
+	}
+	t.mu.Lock()
+	if err := t.guard.EndInit(Name, true); err != nil {
+		t.mu.Unlock()
+		dp.Close(context.Background()) // Close came while Init ran
+		return plugins.InitResult{}, err
+	}
+	t.dp, t.testing = dp, testing
+	t.mu.Unlock()
+	if testing {
+		log.Warn("TESTING ONLY, NOT RDMA: rdma transport up over UCX's tcp lanes", zap.String("summary", res.Summary))
+	}
+	return res, nil
+}
+
+// start is Init's work: the options, the preflight and the data path. It
+// returns the data path, up, and whether it runs over the test-only tcp
+// lanes.
+func (t *Transport) start(ctx context.Context, req plugins.InitRequest, log *zap.Logger) (*ucxpath.Transport, plugins.InitResult, bool, error) {
+	s, err := t.configure(req)
+	if err != nil {
+		return nil, plugins.InitResult{}, false, configError(err)
 	}
 	if s.testing {
 		log.Warn("TESTING ONLY: transports.rdma." + TestingOption + " is set: this rdma transport will run over UCX's tcp lanes, not RDMA; the RDMA preflight's verdict is ignored")
@@ -199,7 +211,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	}
 	if r.Diagnosis != nil {
 		if !s.testing || !errors.Is(r.Diagnosis, plugins.ErrUnavailable) {
-			return plugins.InitResult{}, r.Diagnosis
+			return nil, plugins.InitResult{}, false, r.Diagnosis
 		}
 		log.Warn("TESTING ONLY: RDMA preflight failed; ignored because transports.rdma."+TestingOption+" is set",
 			zap.String("check", string(r.Check)), zap.Error(r.Diagnosis))
@@ -213,9 +225,8 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		Options: s.ucx, Logger: log})
 	if err != nil {
 		dp.Close(context.Background())
-		return plugins.InitResult{}, dataPathError(err, &r, s)
+		return nil, plugins.InitResult{}, false, dataPathError(err, &r, s)
 	}
-	t.dp, t.state, t.testing = dp, stateUp, s.testing
 	if s.testing {
 		verdict := "passed"
 		if r.Diagnosis != nil {
@@ -223,11 +234,10 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		}
 		res.Summary = fmt.Sprintf("TESTING ONLY, NOT RDMA: the rdma transport runs over UCX's tcp lanes (transports.rdma.%s): %s; RDMA preflight %s",
 			TestingOption, res.Summary, verdict)
-		log.Warn("TESTING ONLY, NOT RDMA: rdma transport up over UCX's tcp lanes", zap.String("summary", res.Summary))
-		return res, nil
+		return dp, res, true, nil
 	}
 	res.Summary += "; RDMA devices: " + usableDevices(&r)
-	return res, nil
+	return dp, res, false, nil
 }
 
 // usableDevices describes the devices the preflight passed.
@@ -279,11 +289,8 @@ func dataPathError(err error, r *Report, s setup) error {
 func (t *Transport) dataPath() (*ucxpath.Transport, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch t.state {
-	case stateClosed:
-		return nil, fmt.Errorf("rdma: %w", plugins.ErrClosed)
-	case stateNew:
-		return nil, fmt.Errorf("rdma: %w", plugins.ErrNotInitialized)
+	if err := t.guard.Up(Name); err != nil {
+		return nil, err
 	}
 	return t.dp, nil
 }
@@ -357,11 +364,10 @@ func (t *Transport) Transfer(ctx context.Context, peer plugins.PeerID, ops []plu
 // Close closes the data path, if any. It is idempotent.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.state == stateClosed {
+	if first, _ := t.guard.BeginClose(); !first {
 		t.mu.Unlock()
 		return nil
 	}
-	t.state = stateClosed
 	dp := t.dp
 	t.mu.Unlock()
 	if dp != nil {

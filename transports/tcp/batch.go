@@ -119,8 +119,9 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 		}
 		e, _, err := t.regions.Resolve(uint64(op.LocalRegion), op.LocalOffset, op.Length)
 		if err != nil {
-			if cerr := t.closedErr(); cerr != nil {
-				err = cerr // the regions went away because the transport closed
+			if t.guard.Closed() {
+				// the regions went away because the transport closed
+				err = fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
 			}
 			results[i].Err = fmt.Errorf("tcp: local side of op %d: %w", i, err)
 			continue

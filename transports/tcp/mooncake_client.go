@@ -76,7 +76,7 @@ func (t *Transport) connectMooncake(ctx context.Context, info plugins.PeerInfo, 
 		return 0, fmt.Errorf("tcp: Mooncake peer %s published a bad buffer list: %v: %w", info.Name, err, plugins.ErrProtocol)
 	}
 	t.mu.Lock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		t.mu.Unlock()
 		return 0, err
 	}
@@ -99,7 +99,7 @@ func (t *Transport) connectMooncake(ctx context.Context, info plugins.PeerInfo, 
 	p.lanes <- l
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		p.close(err)
 		return 0, err
 	}

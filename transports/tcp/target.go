@@ -41,7 +41,7 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 		// waits for a WRITE it carries (mooncakeOrder).
 		tc := &targetConn{t: t, nc: nc, mc: t.order.add(nc)}
 		t.mu.Lock()
-		if t.state != stateUp {
+		if t.guard.Up(Name) != nil {
 			t.mu.Unlock()
 			t.order.remove(tc.mc)
 			nc.Close()

@@ -316,6 +316,56 @@ func TestBindError(t *testing.T) {
 	}
 }
 
+// TestCloseDuringInit races Close with Init: Init either succeeds (and
+// Close then stops it) or fails with ErrClosed, and either way the
+// listener Init bound is closed once both have returned. The delay before
+// Close follows the boundary between "Close first" and "Init first", so
+// many rounds land while Init runs.
+func TestCloseDuringInit(t *testing.T) {
+	var delay time.Duration
+	during := 0
+	for i := 0; i < 200; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		tr := tcp.New()
+		done := make(chan error, 1)
+		go func() {
+			_, err := tr.Init(context.Background(), plugins.InitRequest{Options: []byte(`{"bind_address":"127.0.0.1","port":` + strconv.Itoa(port) + `}`)})
+			done <- err
+		}()
+		for until := time.Now().Add(delay); time.Now().Before(until); { // sleeps are too coarse
+		}
+		if err := tr.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		err = <-done
+		switch {
+		case err == nil:
+			delay -= 500 * time.Nanosecond
+		case errors.Is(err, plugins.ErrClosed) && strings.Contains(err.Error(), "Init after Close"):
+			delay += 500 * time.Nanosecond
+		case errors.Is(err, plugins.ErrClosed):
+			during++
+		case errors.As(err, new(*plugins.InitError)) && strings.Contains(err.Error(), "address already in use"):
+			continue // another process took the port
+		default:
+			t.Fatalf("Init racing Close: %v, want success or ErrClosed", err)
+		}
+		delay = max(delay, 0)
+		ln, err = net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("the listener Init bound is still open after Init and Close returned: %v", err)
+		}
+		ln.Close()
+	}
+	t.Logf("Close came while Init ran in %d of 200 rounds", during)
+}
+
 // TestConcurrentRedialsShareOneConnection breaks the only connection to a
 // healthy peer, then runs batches from many goroutines at once: they must
 // all succeed (no redial may close a connection another batch is using).

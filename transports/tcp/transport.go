@@ -35,8 +35,8 @@ var _ plugins.Transport = (*Transport)(nil)
 
 // Transport is the TCP transport. The zero value is not usable; call New.
 type Transport struct {
+	guard   plugins.Guard
 	mu      sync.Mutex
-	state   int // stateNew, stateUp, stateClosed
 	opts    Options
 	log     *zap.Logger
 	ln      net.Listener
@@ -50,12 +50,6 @@ type Transport struct {
 	wg      sync.WaitGroup // accept loop, target conns, watchdog
 	stop    chan struct{}
 }
-
-const (
-	stateNew = iota
-	stateUp
-	stateClosed
-)
 
 // New returns a TCP transport. It does nothing until Init.
 func New() *Transport {
@@ -87,13 +81,8 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if err := opts.validate(); err != nil {
 		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch t.state {
-	case stateUp:
-		return plugins.InitResult{}, fmt.Errorf("tcp: Init called twice: %w", plugins.ErrInvalidArgument)
-	case stateClosed:
-		return plugins.InitResult{}, fmt.Errorf("tcp: Init after Close: %w", plugins.ErrClosed)
+	if err := t.guard.BeginInit(Name); err != nil {
+		return plugins.InitResult{}, err
 	}
 	if req.Logger != nil {
 		t.log = req.Logger
@@ -104,18 +93,25 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if err != nil {
 		ie := initError(plugins.StepBind, fmt.Sprintf("cannot listen on %s: %v", bind, err), fmt.Errorf("%w: %w", plugins.ErrUnavailable, err))
 		ie.Hints = []string{"set transports.tcp.port to a free port or 0", "check transports.tcp.bind_address (MC_TCP_BIND_ADDRESS) names an address of this host"}
+		t.guard.EndInit(Name, false)
 		return plugins.InitResult{}, ie
+	}
+	t.mu.Lock()
+	if err := t.guard.EndInit(Name, true); err != nil {
+		t.mu.Unlock()
+		ln.Close() // Close came while Init ran
+		return plugins.InitResult{}, err
 	}
 	t.opts = opts
 	t.ln = ln
 	t.order.listen(ln)
-	t.state = stateUp
-	port := ln.Addr().(*net.TCPAddr).Port
-	host := advertisedHost(req.Hostname, ln.Addr().(*net.TCPAddr).IP)
-	endpoint := net.JoinHostPort(host, strconv.Itoa(port))
 	t.wg.Add(2)
 	go t.acceptLoop(ln)
 	go t.watchdog()
+	t.mu.Unlock()
+	port := ln.Addr().(*net.TCPAddr).Port
+	host := advertisedHost(req.Hostname, ln.Addr().(*net.TCPAddr).IP)
+	endpoint := net.JoinHostPort(host, strconv.Itoa(port))
 	t.log.Info("tcp transport up", zap.String("listen", ln.Addr().String()), zap.String("endpoint", endpoint),
 		zap.Int("connections", opts.Connections), zap.Uint64("chunk_size", uint64(opts.ChunkSize)))
 	return plugins.InitResult{Endpoint: []byte(endpoint), Summary: "tcp " + endpoint}, nil
@@ -140,22 +136,9 @@ func initError(step, cause string, err error) *plugins.InitError {
 	return &plugins.InitError{Transport: Name, Step: step, Cause: cause, Err: err}
 }
 
-func (t *Transport) up() error {
-	switch t.state {
-	case stateNew:
-		return fmt.Errorf("tcp: %w", plugins.ErrNotInitialized)
-	case stateClosed:
-		return fmt.Errorf("tcp: %w", plugins.ErrClosed)
-	}
-	return nil
-}
-
 // RegisterRegion makes r's memory available to local ops and to peers.
 func (t *Transport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
-	t.mu.Lock()
-	err := t.up()
-	t.mu.Unlock()
-	if err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		return nil, err
 	}
 	if err := t.regions.Add(uint64(r.ID), r.Addr, r.Mem); err != nil {
@@ -185,7 +168,7 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 		return 0, fmt.Errorf("tcp: peer %q endpoint %q is not host:port: %w", info.Name, addr, plugins.ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		t.mu.Unlock()
 		return 0, err
 	}
@@ -198,7 +181,7 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		p.close(plugins.ErrClosed)
 		return 0, err
 	}
@@ -229,12 +212,11 @@ func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 // idempotent.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.state == stateClosed {
+	first, wasUp := t.guard.BeginClose()
+	if !first {
 		t.mu.Unlock()
 		return nil
 	}
-	wasUp := t.state == stateUp
-	t.state = stateClosed
 	peers := t.peers
 	t.peers = map[plugins.PeerID]*peer{}
 	mcpeers := t.mcpeers
@@ -297,20 +279,10 @@ func (t *Transport) watchdog() {
 	}
 }
 
-// closedErr is ErrClosed once Close has begun, else nil.
-func (t *Transport) closedErr() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state == stateClosed {
-		return fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
-	}
-	return nil
-}
-
 func (t *Transport) peer(id plugins.PeerID) (*peer, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.up(); err != nil {
+	if err := t.guard.Up(Name); err != nil {
 		return nil, err
 	}
 	p, ok := t.peers[id]

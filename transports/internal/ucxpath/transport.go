@@ -92,8 +92,8 @@ func RequireRDMA(selected []ucxlib.Resource) error {
 // Transport is the UCX transport. The zero value is not usable; call New.
 type Transport struct {
 	v       Variant
+	guard   plugins.Guard
 	mu      sync.Mutex
-	state   int
 	opts    Options
 	log     *zap.Logger
 	lp      *loop
@@ -104,12 +104,6 @@ type Transport struct {
 	summary string
 	lanes   []ucxlib.Resource
 }
-
-const (
-	stateNew = iota
-	stateUp
-	stateClosed
-)
 
 // New returns a UCX data path customised by v. It does nothing until
 // Init.
@@ -165,17 +159,51 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if err != nil {
 		return plugins.InitResult{}, t.initError(plugins.StepConfigure, err.Error(), err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch t.state {
-	case stateUp:
-		return plugins.InitResult{}, fmt.Errorf("%s: Init called twice: %w", name, plugins.ErrInvalidArgument)
-	case stateClosed:
-		return plugins.InitResult{}, fmt.Errorf("%s: Init after Close: %w", name, plugins.ErrClosed)
+	if err := t.guard.BeginInit(name); err != nil {
+		return plugins.InitResult{}, err
 	}
 	if req.Logger != nil {
 		t.log = req.Logger
 	}
+	lp, tls, netdev, err := t.start(opts, req.DeviceName)
+	if err != nil {
+		t.guard.EndInit(name, false)
+		return plugins.InitResult{}, err
+	}
+	ep := endpoint{sharedMemoryOnly: lp.sharedMemoryOnly, where: lp.here, worker: lp.address}
+	show := func(s string) string {
+		if s == "" {
+			return "default"
+		}
+		return s
+	}
+	summary := fmt.Sprintf("%s (UCX %s) tls=%s net_devices=%s lanes=%s worker address %d bytes",
+		name, ucxlib.Version(), show(tls), show(netdev), resourceList(lp.resources), len(lp.address))
+	t.mu.Lock()
+	if err := t.guard.EndInit(name, true); err != nil {
+		t.mu.Unlock()
+		lp.shutdown(context.Background()) // Close came while Init ran
+		return plugins.InitResult{}, err
+	}
+	t.opts = opts
+	t.lp = lp
+	t.lanes = lp.resources
+	if lp.sharedMemoryOnly {
+		t.caps |= plugins.CapSameHostOnly
+	}
+	t.summary = summary
+	t.mu.Unlock()
+	t.log.Info(name+" transport up", zap.String("ucx", ucxlib.Version()), zap.String("tls", show(tls)),
+		zap.String("net_devices", show(netdev)), zap.String("lanes", resourceList(lp.resources)),
+		zap.String("thread_mode", opts.ThreadMode), zap.String("error_mode", opts.ErrorMode))
+	return plugins.InitResult{Endpoint: ep.encode(), Summary: summary}, nil
+}
+
+// start loads UCX and starts the progress loop with the lanes opts and
+// deviceName ask for, checking that UCX selected lanes the variant
+// accepts. It returns the loop and the tls and net_devices it used.
+func (t *Transport) start(opts Options, deviceName string) (lp *loop, tls, netdev string, err error) {
+	name := t.v.Name
 	if err := ucxlib.Load(); err != nil {
 		ie := t.initError(plugins.StepLoadLibrary, err.Error(), err)
 		ie.NativeName = "dlopen"
@@ -183,31 +211,31 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		if errors.As(err, &le) {
 			ie.Hints = le.Hints
 		}
-		return plugins.InitResult{}, ie
+		return nil, "", "", ie
 	}
 	if len(opts.UCXConfig) > 0 {
 		all, ucp := ucxlib.ConfigKeys()
 		if err := opts.checkUCXConfig(name, all, ucp); err != nil {
-			return plugins.InitResult{}, t.initError(plugins.StepConfigure, err.Error(), err)
+			return nil, "", "", t.initError(plugins.StepConfigure, err.Error(), err)
 		}
 	}
-	tls := opts.TLS
+	tls = opts.TLS
 	if tls == "" {
 		tls = t.v.DefaultTLS
 	}
-	netdev := opts.NetDevices
+	netdev = opts.NetDevices
 	if netdev == "" {
-		netdev = NetDevicesFromDeviceName(req.DeviceName)
+		netdev = NetDevicesFromDeviceName(deviceName)
 	}
 	mode, _ := ucxlib.ParseThreadMode(opts.ThreadMode)
 	cfg := ucxlib.Config{TLS: tls, NetDevices: netdev, Extra: opts.ucxConfig(tls), ThreadMode: mode, Slots: opts.MaxInflight + ctlSlots}
-	lp, err := startLoop(t.v.Name, opts, t.log, cfg)
+	lp, err = startLoop(t.v.Name, opts, t.log, cfg)
 	if err != nil {
-		return plugins.InitResult{}, t.workerError(err, tls, netdev)
+		return nil, "", "", t.workerError(err, tls, netdev)
 	}
-	fail := func(ie *plugins.InitError) (plugins.InitResult, error) {
+	fail := func(ie *plugins.InitError) (*loop, string, string, error) {
 		lp.shutdown(context.Background())
-		return plugins.InitResult{}, ie
+		return nil, "", "", ie
 	}
 	if len(lp.resources) == 0 {
 		return fail(t.initError(plugins.StepProbeDevices, "UCX selected no transport", fmt.Errorf("%s: no UCX transport selected: %w", name, plugins.ErrUnavailable)))
@@ -221,26 +249,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 			return fail(ie)
 		}
 	}
-	t.opts = opts
-	t.lp = lp
-	t.state = stateUp
-	t.lanes = lp.resources
-	if lp.sharedMemoryOnly {
-		t.caps |= plugins.CapSameHostOnly
-	}
-	ep := endpoint{sharedMemoryOnly: lp.sharedMemoryOnly, where: lp.here, worker: lp.address}
-	show := func(s string) string {
-		if s == "" {
-			return "default"
-		}
-		return s
-	}
-	t.summary = fmt.Sprintf("%s (UCX %s) tls=%s net_devices=%s lanes=%s worker address %d bytes",
-		name, ucxlib.Version(), show(tls), show(netdev), resourceList(lp.resources), len(lp.address))
-	t.log.Info(name+" transport up", zap.String("ucx", ucxlib.Version()), zap.String("tls", show(tls)),
-		zap.String("net_devices", show(netdev)), zap.String("lanes", resourceList(lp.resources)),
-		zap.String("thread_mode", opts.ThreadMode), zap.String("error_mode", opts.ErrorMode))
-	return plugins.InitResult{Endpoint: ep.encode(), Summary: t.summary}, nil
+	return lp, tls, netdev, nil
 }
 
 func resourceList(rs []ucxlib.Resource) string {
@@ -284,20 +293,13 @@ func (t *Transport) workerError(err error, tls, netdev string) error {
 	return ie
 }
 
-func (t *Transport) up() (*loop, error) {
-	switch t.state {
-	case stateNew:
-		return nil, fmt.Errorf("%s: %w", t.v.Name, plugins.ErrNotInitialized)
-	case stateClosed:
-		return nil, fmt.Errorf("%s: %w", t.v.Name, plugins.ErrClosed)
-	}
-	return t.lp, nil
-}
-
 func (t *Transport) loop() (*loop, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.up()
+	if err := t.guard.Up(t.v.Name); err != nil {
+		return nil, err
+	}
+	return t.lp, nil
 }
 
 func randomToken() uint64 {
@@ -437,7 +439,7 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, err := t.up(); err != nil {
+	if err := t.guard.Up(name); err != nil {
 		l.call(func() error { l.teardownPeer(p, err); return nil })
 		return 0, err
 	}
@@ -466,15 +468,14 @@ func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 func (t *Transport) peer(id plugins.PeerID) (*peer, *loop, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l, err := t.up()
-	if err != nil {
+	if err := t.guard.Up(t.v.Name); err != nil {
 		return nil, nil, err
 	}
 	p, ok := t.peers[id]
 	if !ok {
 		return nil, nil, fmt.Errorf("%s: peer %d: %w", t.v.Name, id, plugins.ErrUnknownPeer)
 	}
-	return p, l, nil
+	return p, t.lp, nil
 }
 
 // Transfer checks every op against the local regions and the peer's
@@ -544,12 +545,11 @@ func (t *Transport) prepare(b *batch, i int, op plugins.Op) error {
 // and destroys the UCP worker and context. It is idempotent.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.state == stateClosed {
+	first, wasUp := t.guard.BeginClose()
+	if !first {
 		t.mu.Unlock()
 		return nil
 	}
-	wasUp := t.state == stateUp
-	t.state = stateClosed
 	t.peers = map[plugins.PeerID]*peer{}
 	l := t.lp
 	t.mu.Unlock()
