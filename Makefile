@@ -14,8 +14,14 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-# Debian packages the build, tests and code generation need.
-DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric-dev
+# Debian packages the build, tests and code generation need: protoc, the
+# native transports' libraries, the runtime libraries of the Mooncake
+# Transfer Engine binaries the interop tests run (../shared/mooncake/bin),
+# real etcd and Redis servers for the metadata tests, and iproute2 for
+# the multi-host tests in network namespaces.
+DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric-dev \
+	libgoogle-glog0v6 libgflags2.2 libjsoncpp25 libnuma1 libibverbs1 libunwind8 \
+	etcd-server redis-server iproute2
 
 .PHONY: all deps build generate check-generate demo test test-short lint fuzz clean
 
@@ -60,6 +66,12 @@ check-generate: generate
 ## demo: build everything and run the prefill/decode demo on loopback
 demo: build
 	$(BIN)/pd-disagg
+
+# The Mooncake Transfer Engine binaries the interop tests and benchmarks
+# run against, when ../shared/mooncake/bin is there (override with
+# KVCONNECT_MOONCAKE_BIN=dir).
+MOONCAKE_BIN_DEFAULT := $(wildcard $(CURDIR)/../shared/mooncake/bin)
+export KVCONNECT_MOONCAKE_BIN ?= $(MOONCAKE_BIN_DEFAULT)
 
 ## bench: the benchmark suite on loopback (raw Go TCP baseline, tcp as a plugin and in-process, every
 ## other transport built here), BENCH_ROUNDS rounds; prints the table and writes docs/PERFORMANCE.md

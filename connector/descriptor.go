@@ -25,8 +25,9 @@ type SegmentDescriptor struct {
 	// reachable.
 	Name string `json:"name"`
 	// Protocol is Mooncake's: "tcp" when the node serves Mooncake's TCP
-	// data protocol on TCPDataPort; otherwise kvconnect's preferred
-	// transport (which a Mooncake peer cannot use).
+	// data protocol on TCPDataPort; "kvconnect" when it does not (no
+	// Mooncake transport has that name, so a Mooncake peer says it cannot
+	// use it).
 	Protocol string `json:"protocol"`
 	// TCPDataPort and TCPProtoVersion are Mooncake's tcp_data_port and
 	// tcp_proto_version (JSON numbers: Mooncake aborts on strings).
@@ -80,6 +81,10 @@ type MooncakeDevice struct {
 	GID  string `json:"gid"`
 }
 
+// protocolKVConnect is the Mooncake protocol of a node that serves no
+// Mooncake TCP peers.
+const protocolKVConnect = "kvconnect"
+
 // descriptorVersion is the kvconnect descriptor format version.
 const descriptorVersion = 2
 
@@ -96,7 +101,7 @@ func (c *Connector) descriptor() SegmentDescriptor {
 	defer c.mu.Unlock()
 	node := &NodeDescriptor{Version: descriptorVersion, Protocol: c.transports[0].name, HostID: c.hostID}
 	d := SegmentDescriptor{
-		Name: c.session, Protocol: c.transports[0].name, KVConnect: node,
+		Name: c.session, Protocol: protocolKVConnect, KVConnect: node,
 		Timestamp: time.Now().UTC().Format(mooncakeTimestamp),
 		Buffers:   make([]BufferDescriptor, 0, len(c.regions)),
 	}

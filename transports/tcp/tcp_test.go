@@ -104,8 +104,13 @@ func TestMalformedRequestDropsOnlyThatConnection(t *testing.T) {
 		}
 		nc.Write(junk)
 		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if n, err := nc.Read(make([]byte, 64)); err == nil {
-			t.Errorf("node answered %d bytes to a malformed request instead of dropping the connection", n)
+		got, err := io.ReadAll(nc)
+		// Bytes that are not kvconnect's framing are read as a Mooncake
+		// request: a v2 one at a bad address gets Mooncake's "rejected"
+		// status, then the close (a reset, with our unread bytes left).
+		rejected := len(got) == 8 && binary.LittleEndian.Uint64(got) == 0x4D43545600000001
+		if (err != nil && !rejected) || (len(got) != 0 && !rejected) {
+			t.Errorf("node answered % x (%v) to a malformed request instead of dropping the connection", got, err)
 		}
 		nc.Close()
 	}
