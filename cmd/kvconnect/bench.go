@@ -31,7 +31,7 @@ type benchFlags struct {
 	batch, threads, rounds, corrupt                                   int
 	seed                                                              uint64
 	asJSON, verify, inProcess, suite, rawServer                       bool
-	out, cpuProfile                                                   string
+	out, cpuProfile, mooncakeBin                                      string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -100,6 +100,7 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl.BoolVar(&f.suite, "suite", false, "run the benchmark suite (see above)")
 	fl.IntVar(&f.rounds, "rounds", 5, "suite rounds")
 	fl.StringVar(&f.out, "out", "", "with --suite: also write the report (with the machine description and commands) to this markdown file")
+	fl.StringVar(&f.mooncakeBin, "mooncake-bin", "", "with --suite: directory holding Mooncake's transfer_engine_bench, run as a variant beside kvconnect (default $KVCONNECT_MOONCAKE_BIN)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process during the run to this file (with --in-process it covers the transport too)")
 	fl.IntVar(&f.corrupt, "verify-corrupt-block", -1, "test hook: damage this block of the target's buffer before verifying")
 	fl.MarkHidden("verify-corrupt-block")
@@ -131,7 +132,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return bench.ServeRawProcess(cmd.InOrStdin(), cmd.OutOrStdout(), int(n))
 	}
 	if f.suite {
-		for _, name := range []string{"segment-id", "verify", "in-process", "mode", "cpuprofile"} {
+		for _, name := range []string{"segment-id", "verify", "in-process", "mode"} {
 			if changed(name) {
 				return fmt.Errorf("--%s: not used with --suite (the suite runs every variant in loopback, without verification)", name)
 			}
@@ -428,6 +429,10 @@ func runSuite(cmd *cobra.Command, f *benchFlags) error {
 	so.Command = commandLine()
 	if exe, err := os.Executable(); err == nil {
 		so.RawServer = []string{exe, "bench", "--raw-server"}
+	}
+	so.MooncakeBin = f.mooncakeBin
+	if so.MooncakeBin == "" {
+		so.MooncakeBin = os.Getenv("KVCONNECT_MOONCAKE_BIN")
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

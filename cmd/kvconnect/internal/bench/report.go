@@ -135,6 +135,28 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 	}
 	p("\n")
 
+	if len(res.VsMooncake) > 0 {
+		p("## Against Mooncake, in the same run\n\n")
+		p("Mooncake's own `transfer_engine_bench` (unmodified, TCP, P2PHANDSHAKE) ran as a variant in the same rounds, with its client "+
+			"connection pool off (one TCP connection per request, Mooncake's default) and on (`MC_TCP_ENABLE_CONNECTION_POOL=1`, 4 lanes per peer). "+
+			"Each row is the median over rounds of one variant's GB/s over another's, measured back to back. "+
+			"kvconnect must never be the slow side: as a target of a Mooncake initiator, and as an initiator against a Mooncake target, at least as fast as Mooncake to Mooncake.\n\n")
+		p("| variant | / | op | block | ratio (median) | min–max | target | met |\n|---|---|---|---|---:|---:|---:|---|\n")
+		for _, c := range res.VsMooncake {
+			target, met := "–", "–"
+			if c.Target > 0 {
+				target = f2(c.Target)
+				met = "yes"
+				if c.Ratio.Median < c.Target {
+					met = "**no**"
+				}
+			}
+			p("| %s | %s | %s | %s | **%s** | %s | %s | %s |\n", c.Variant, c.Base, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)),
+				f2(c.Ratio.Median), rangeStr(c.Ratio, f2), target, met)
+		}
+		p("\nMooncake's bench reports no latency distribution: its rows' batch latencies are the mean batch time (duration x threads / batches).\n\n")
+	}
+
 	if len(res.PluginVsInProcess) > 0 {
 		p("## tcp: subprocess plugin vs in-process\n\n")
 		p("| op | block | plugin / in-process (median) | min–max |\n|---|---|---:|---:|\n")
@@ -187,7 +209,11 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 				p("| %s | %s | | |\n", c.Variant, mdEscape(strings.Join(c.Errors, "; ")))
 				continue
 			}
-			p("| %s | %.1f µs | %.1f µs | %.0f |\n", c.Variant, c.P50us.Median, c.P99us.Median, c.OpsPerSec.Median)
+			mean := ""
+			if len(c.Results) > 0 && c.Results[0].LatencyIsMean {
+				mean = " (mean)"
+			}
+			p("| %s | %.1f µs%s | %.1f µs%s | %.0f |\n", c.Variant, c.P50us.Median, mean, c.P99us.Median, mean, c.OpsPerSec.Median)
 		}
 		p("\n")
 	}

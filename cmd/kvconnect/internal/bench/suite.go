@@ -47,6 +47,11 @@ type SuiteOptions struct {
 	// ends in this process is shown beside it; without it, the latter is
 	// the baseline.
 	RawServer []string
+	// MooncakeBin is a directory holding Mooncake's transfer_engine_bench:
+	// the suite then runs it, unmodified, as Mooncake → Mooncake (the
+	// peer to beat), Mooncake → kvconnect and kvconnect → Mooncake, each
+	// with Mooncake's client connection pool off and on.
+	MooncakeBin string
 	// Command is the command line, for the report.
 	Command  string
 	Progress *Progress
@@ -122,6 +127,11 @@ const (
 	VariantTCPInProc   = "tcp in-process"
 	VariantUCXPlugin   = "ucx plugin"
 	VariantEFAPlugin   = "efa plugin"
+	VariantMCtoMC      = "Mooncake → Mooncake"
+	VariantMCPtoMC     = "Mooncake pooled → Mooncake"
+	VariantMCtoKV      = "Mooncake → kvconnect"
+	VariantMCPtoKV     = "Mooncake pooled → kvconnect"
+	VariantKVtoMC      = "kvconnect → Mooncake"
 	variantLatencyNote = "batch 1, 1 thread"
 )
 
@@ -196,7 +206,33 @@ type SuiteResult struct {
 	// size (median of per-round ratios), keyed "WRITE 1MiB".
 	PluginVsInProcess map[string]summary `json:"plugin_vs_in_process"`
 	Fallback          FallbackTiming     `json:"fallback"`
-	Elapsed           string             `json:"elapsed"`
+	// VsMooncake compares kvconnect with Mooncake's own TE in the same
+	// rounds.
+	VsMooncake []Comparison `json:"vs_mooncake,omitempty"`
+	Elapsed    string       `json:"elapsed"`
+}
+
+// Comparison is one variant's GB/s over another's, round by round.
+type Comparison struct {
+	Variant   string    `json:"variant"`
+	Base      string    `json:"base"`
+	Op        Operation `json:"operation"`
+	BlockSize int       `json:"block_size"`
+	Ratio     summary   `json:"ratio"`
+	Target    float64   `json:"target,omitempty"` // the ratio to reach, 0 = none
+}
+
+// mooncakeComparisons are the same-run comparisons with Mooncake: kvconnect
+// must never be the slow side (target 1).
+var mooncakeComparisons = []struct {
+	variant, base string
+	target        float64
+}{
+	{VariantMCtoKV, VariantMCtoMC, 1},
+	{VariantMCPtoKV, VariantMCPtoMC, 1},
+	{VariantKVtoMC, VariantMCtoMC, 1},
+	{VariantKVtoMC, VariantMCPtoMC, 1},
+	{VariantTCPPlugin, VariantMCPtoMC, 0},
 }
 
 // bencher runs one variant's measurements.
@@ -353,7 +389,69 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 		}
 		vs = append(vs, v)
 	}
-	return vs
+	return append(vs, o.mooncakeVariants(strict("tcp", nil), nodeOpts())...)
+}
+
+// mooncakeVariants runs Mooncake's own bench beside kvconnect, when its
+// binaries are here.
+func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connector.Option) []variantSetup {
+	names := []string{VariantMCtoMC, VariantMCPtoMC, VariantMCtoKV, VariantMCPtoKV, VariantKVtoMC}
+	if o.MooncakeBin == "" {
+		var vs []variantSetup
+		for _, n := range names {
+			vs = append(vs, variantSetup{status: VariantStatus{Name: n, Transport: "tcp", Mode: "Mooncake TE",
+				Reason: "no Mooncake binaries: set KVCONNECT_MOONCAKE_BIN (or --mooncake-bin) to the directory holding transfer_engine_bench"}})
+		}
+		return vs
+	}
+	pool := []string{"MC_TCP_ENABLE_CONNECTION_POOL=1"}
+	bin := mooncakeBench(o.MooncakeBin)
+	againstMooncake := func(env []string) func(ctx context.Context) (bencher, error) {
+		return func(ctx context.Context) (bencher, error) {
+			t, err := startMooncakeTarget(ctx, o.MooncakeBin, o.BufferSize)
+			if err != nil {
+				return nil, err
+			}
+			return &mooncakeInitiator{dir: o.MooncakeBin, env: env, session: t.session, bufSize: o.BufferSize,
+				targetPIDs: func() []int { return []int{t.pid()} }, stop: t.stop}, nil
+		}
+	}
+	againstNode := func(env []string) func(ctx context.Context) (bencher, error) {
+		return func(ctx context.Context) (bencher, error) {
+			node, err := StartNode(ctx, tcpCfg, o.BufferSize, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return &mooncakeInitiator{dir: o.MooncakeBin, env: env, session: node.C.SessionID(), bufSize: o.BufferSize,
+				targetPIDs: node.PluginPIDs, stop: node.Close}, nil
+		}
+	}
+	nodeToMooncake := func(ctx context.Context) (bencher, error) {
+		t, err := startMooncakeTarget(ctx, o.MooncakeBin, o.BufferSize)
+		if err != nil {
+			return nil, err
+		}
+		node, err := StartNode(ctx, initiatorConfig(tcpCfg), o.BufferSize, opts...)
+		if err != nil {
+			t.stop()
+			return nil, err
+		}
+		peer, err := node.C.Open(ctx, t.session)
+		if err != nil {
+			node.Close()
+			t.stop()
+			return nil, err
+		}
+		return nodeBencher{node: node, peer: peer, stop: t.stop}, nil
+	}
+	mode := "Mooncake TE initiator and target processes"
+	return []variantSetup{
+		{status: VariantStatus{Name: VariantMCtoMC, Transport: "tcp", Mode: mode, Detail: bin}, start: againstMooncake(nil)},
+		{status: VariantStatus{Name: VariantMCPtoMC, Transport: "tcp", Mode: mode, Detail: bin + " with MC_TCP_ENABLE_CONNECTION_POOL=1"}, start: againstMooncake(pool)},
+		{status: VariantStatus{Name: VariantMCtoKV, Transport: "tcp", Mode: "Mooncake TE initiator, kvconnect target (tcp plugin)", Detail: bin}, start: againstNode(nil)},
+		{status: VariantStatus{Name: VariantMCPtoKV, Transport: "tcp", Mode: "Mooncake TE initiator, kvconnect target (tcp plugin)", Detail: bin + " with MC_TCP_ENABLE_CONNECTION_POOL=1"}, start: againstNode(pool)},
+		{status: VariantStatus{Name: VariantKVtoMC, Transport: "tcp", Mode: "kvconnect initiator (tcp plugin), Mooncake TE target", Detail: bin}, start: nodeToMooncake},
+	}
 }
 
 func firstLine(s string) string {
@@ -616,6 +714,19 @@ func summarizeSuite(res *SuiteResult) {
 			if in != nil && len(in.Errors) == 0 && len(c.Errors) == 0 {
 				res.PluginVsInProcess[cellName(c.Op, c.BlockSize)] = ratio(c, in)
 			}
+		}
+	}
+	for _, cmp := range mooncakeComparisons {
+		for _, c := range res.Cells {
+			if c.Variant != cmp.variant {
+				continue
+			}
+			base := byKey[k(cmp.base, c.Op, c.BlockSize)]
+			if len(c.Errors) > 0 || base == nil || len(base.Errors) > 0 || len(c.Results) == 0 {
+				continue
+			}
+			res.VsMooncake = append(res.VsMooncake, Comparison{Variant: cmp.variant, Base: cmp.base, Op: c.Op, BlockSize: c.BlockSize,
+				Ratio: ratio(c, base), Target: cmp.target})
 		}
 	}
 	f := &res.Fallback

@@ -116,6 +116,9 @@ type Result struct {
 	LatencyP50 float64 `json:"batch_latency_p50_us"`
 	LatencyP99 float64 `json:"batch_latency_p99_us"`
 	LatencyMax float64 `json:"batch_latency_max_us"`
+	// LatencyIsMean says the three latencies are the mean batch time
+	// (Mooncake's bench reports no distribution).
+	LatencyIsMean bool `json:"latency_is_mean,omitempty"`
 	// CPU seconds (user + system) used during the measured interval by
 	// this process (both nodes' host sides in loopback mode, and the
 	// transport itself when it runs in-process) and by the plugin
