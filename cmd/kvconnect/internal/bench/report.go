@@ -137,9 +137,9 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 
 	if len(res.VsMooncake) > 0 {
 		p("## Against Mooncake, in the same run\n\n")
-		p("Mooncake's own `transfer_engine_bench` (unmodified, TCP, P2PHANDSHAKE) ran as a variant in the same rounds, with its client "+
-			"connection pool off (one TCP connection per request, Mooncake's default) and on (`MC_TCP_ENABLE_CONNECTION_POOL=1`, 4 lanes per peer). "+
-			"Each row is the median over rounds of one variant's GB/s over another's, measured back to back. "+
+		p("Mooncake's own `transfer_engine_bench` (unmodified, TCP, P2PHANDSHAKE) ran as a variant in the same rounds, with its client " +
+			"connection pool off (one TCP connection per request, Mooncake's default) and on (`MC_TCP_ENABLE_CONNECTION_POOL=1`, 4 lanes per peer). " +
+			"Each row is the median over rounds of one variant's GB/s over another's, measured back to back. " +
 			"kvconnect must never be the slow side: as a target of a Mooncake initiator, and as an initiator against a Mooncake target, at least as fast as Mooncake to Mooncake.\n\n")
 		p("| variant | / | op | block | ratio (median) | min–max | target | met |\n|---|---|---|---|---:|---:|---:|---|\n")
 		for _, c := range res.VsMooncake {
