@@ -62,7 +62,7 @@ func (ck *checker) transportAllowed() string {
 
 func (ck *checker) check(c *Config) {
 	if ck.ok("hostname") {
-		ck.host("hostname", c.Hostname, ck.loaded)
+		ck.host("hostname", c.Hostname, false)
 	}
 	if ck.ok("bind_address") && c.BindAddress != "" {
 		ck.host("bind_address", c.BindAddress, false)
@@ -89,9 +89,9 @@ func (ck *checker) check(c *Config) {
 		switch c.BufferDevice {
 		case "", "cpu":
 		case "cuda", "npu", "xpu":
-			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice, Err: errdefs.ErrNotSupported,
-				Reason:  "not supported yet: kvconnect allocates KV buffers in host shared memory",
-				Allowed: "cpu"})
+			// vLLM's default is cuda: a verbatim vLLM config must load.
+			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice, Warning: true, Err: errdefs.ErrNotSupported,
+				Reason: "KV regions are host memory here: registering " + c.BufferDevice + " memory is not supported yet, so the node allocates its KV buffers in host shared memory (stage device tensors through them)"})
 		default:
 			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice,
 				Allowed: "cpu (cuda, npu and xpu are not supported yet)", Suggestion: closest(c.BufferDevice, BufferDevices())})

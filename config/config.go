@@ -13,7 +13,11 @@ const MetadataP2P = "P2PHANDSHAKE"
 // field. Load builds it from files, vLLM/SGLang settings, environment and
 // flags; embedders may also fill it in code.
 type Config struct {
-	// Hostname is the host peers use to reach this node. Default 127.0.0.1.
+	// Hostname is the host peers use to reach this node. Empty (the
+	// default) means this host's outward address: the source address of
+	// the default route, else the first interface that is up, else
+	// loopback (with a warning), as vLLM's get_ip() picks it. A name must
+	// resolve.
 	Hostname string `koanf:"hostname" json:"hostname"`
 	// BindAddress is the local address the RPC (handshake) port listens
 	// on; empty means all interfaces.
@@ -73,7 +77,7 @@ type Config struct {
 
 // Defaults used for zero fields.
 const (
-	DefaultHostname           = "127.0.0.1"
+	DefaultHostname           = "" // the outward address, found at start
 	DefaultProtocol           = "tcp"
 	DefaultConnectTimeout     = 10 * time.Second
 	DefaultPluginStartTimeout = 10 * time.Second
@@ -88,9 +92,6 @@ func Bool(b bool) *bool { return &b }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Hostname == "" {
-		c.Hostname = DefaultHostname
-	}
 	if c.Protocol == "" {
 		c.Protocol = DefaultProtocol
 	}

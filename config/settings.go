@@ -71,7 +71,7 @@ var settings = []setting{
 	{key: "device_name", kind: kindDevice, def: "", flag: "device-name",
 		help: `device(s) for the transport: empty = auto, "mlx5_0", "mlx5_0,mlx5_1", a JSON map per local device index {"0":"mlx5_0","1":"mlx5_1"}, or a path to a .json file holding that map`},
 	{key: "hostname", kind: kindString, def: DefaultHostname, flag: "hostname",
-		help: "host name or IP address peers use to reach this node"},
+		help: "host name or IP address peers use to reach this node; empty = this host's outward address (the source address of the default route)"},
 	{key: "bind_address", kind: kindString, def: "", flag: "bind-address",
 		help: "local address the RPC (handshake) port listens on; empty = all interfaces"},
 	{key: "rpc_port", kind: kindInt, def: 0, flag: "rpc-port", min: 0, max: 65535,

@@ -51,8 +51,10 @@ type Connector struct {
 	attempts   []Attempt
 	rpc        *rpcServer
 	session    string // this node's session id, host:port of the RPC port
-	hostID     string
-	started    time.Time
+	// hostnameNote says how the hostname was chosen when it was not set.
+	hostnameNote string
+	hostID       string
+	started      time.Time
 
 	// regMu orders region (de)registration with plugin restarts, so a
 	// restarted transport gets every region.
@@ -87,15 +89,29 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),
 	}
 	c.hostID = hostID()
+	if c.cfg.Hostname == "" {
+		var how string
+		c.cfg.Hostname, how = outwardAddress()
+		c.hostnameNote = fmt.Sprintf("hostname %s: %s", c.cfg.Hostname, how)
+		if net.ParseIP(c.cfg.Hostname).IsLoopback() {
+			c.log.Warn("no outward address found; peers on other hosts cannot reach this node", zap.String("hostname", c.cfg.Hostname), zap.String("why", how))
+		} else {
+			c.log.Debug("hostname not set: using the outward address", zap.String("hostname", c.cfg.Hostname), zap.String("how", how))
+		}
+	} else if err := resolveHostname(ctx, c.cfg.Hostname, c.cfg.ConnectTimeout); err != nil {
+		return nil, err
+	}
+	// The RPC port is bound first: a port that is taken fails New at once,
+	// before any plugin starts.
+	ln, err := c.listenRPC()
+	if err != nil {
+		return nil, err
+	}
 	if err := c.startChain(ctx); err != nil {
+		ln.Close()
 		return nil, err
 	}
-	if err := c.startRPC(); err != nil {
-		// Shutdown marks the node closed first, so the plugin watchers do
-		// not take the plugins' exit for a crash and restart them.
-		c.Close()
-		return nil, err
-	}
+	c.serveRPC(ln)
 	names := make([]string, len(c.transports))
 	for i, at := range c.transports {
 		names[i] = at.name
@@ -115,18 +131,23 @@ func (c *Connector) active() []*activeTransport {
 // primary is the preferred transport.
 func (c *Connector) primary() *activeTransport { return c.active()[0] }
 
-func (c *Connector) startRPC() error {
+// listenRPC binds the RPC (handshake) port and sets the session id.
+func (c *Connector) listenRPC() (net.Listener, error) {
 	addr := net.JoinHostPort(c.cfg.BindAddress, strconv.Itoa(c.cfg.RPCPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("connector: rpc_port %d: cannot listen: %v (choose another port, or 0 for a free one): %w", c.cfg.RPCPort, err, ErrInvalidArgument)
+		return nil, listenError("the RPC (handshake) port", "rpc_port", addr, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	c.session = net.JoinHostPort(c.cfg.Hostname, strconv.Itoa(port))
+	return ln, nil
+}
+
+// serveRPC answers handshakes on ln.
+func (c *Connector) serveRPC(ln net.Listener) {
 	c.rpc = &rpcServer{c: c, ln: ln, max: c.cfg.MaxHandshakeFrame, log: c.log, conns: map[net.Conn]struct{}{}}
 	c.rpc.wg.Add(1)
 	go c.rpc.serve()
-	return nil
 }
 
 // SessionID is this node's session id: host:port of its RPC port, which

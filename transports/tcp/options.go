@@ -22,7 +22,8 @@ type Options struct {
 	// this long (a dead peer).
 	OpTimeout units.Duration `json:"op_timeout"`
 	// BindAddress is the address the data listener binds (Mooncake's
-	// MC_TCP_BIND_ADDRESS); empty binds all interfaces.
+	// MC_TCP_BIND_ADDRESS); empty binds the node's bind_address (every
+	// interface when that is empty too).
 	BindAddress string `json:"bind_address"`
 	// Port is the data listener's port; 0 picks a free one.
 	Port int `json:"port"`

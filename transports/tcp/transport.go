@@ -87,7 +87,13 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if req.Logger != nil {
 		t.log = req.Logger
 	}
-	bind := net.JoinHostPort(opts.BindAddress, strconv.Itoa(opts.Port))
+	// The data port binds where the node's RPC port does unless
+	// transports.tcp.bind_address (MC_TCP_BIND_ADDRESS) says otherwise.
+	bindAddr := opts.BindAddress
+	if bindAddr == "" {
+		bindAddr = req.BindAddress
+	}
+	bind := net.JoinHostPort(bindAddr, strconv.Itoa(opts.Port))
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", bind)
 	if err != nil {
