@@ -70,6 +70,10 @@ type Config struct {
 	// speaks Mooncake's TCP protocol, and Open reaches Mooncake nodes.
 	// nil means true (use config.Bool(false) to turn it off).
 	MooncakeInterop *bool `koanf:"mooncake_interop" json:"mooncake_interop,omitempty"`
+	// Notes are what Load decided about conflicting inputs ("MC_FORCE_TCP=1
+	// forces protocol tcp (was rdma from file kvconnect.yaml)"); a node
+	// shows them in its Status. Not a setting.
+	Notes []string `koanf:"-" json:"-"`
 	// Transports holds each transport's own options subtree
 	// (transports.tcp.connections, ...), handed to it as JSON.
 	Transports map[string]map[string]any `koanf:"transports" json:"transports,omitempty"`

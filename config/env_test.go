@@ -154,7 +154,8 @@ func TestKVConnectEnv(t *testing.T) {
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
 		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: MetadataP2P,
-		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false)}
+		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false),
+		Notes: []string{`KVCONNECT_PROTOCOL=ucx overrides protocol "rdma" from env MOONCAKE_PROTOCOL`}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config = %+v\nwant     %+v", c, want)
 	}

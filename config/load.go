@@ -587,5 +587,6 @@ func (ld *loader) resolve() (*Loaded, error) {
 	ld.warns = append(ld.warns, ck.warns...)
 
 	out.Inputs, out.Notes, out.Warnings, out.Ignored = ld.inputs, ld.notes, ld.warns, ld.ignored
+	cfg.Notes = append([]string(nil), ld.notes...)
 	return out, joinProblems(ld.errs)
 }

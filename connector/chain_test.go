@@ -211,3 +211,28 @@ func TestMixedPeersRDMAAndTCP(t *testing.T) {
 		t.Fatal("data differs")
 	}
 }
+
+// TestForcedTCPShowsInStatus: MC_FORCE_TCP=1 over a configured rdma
+// leaves a note in Status, not only a startup warning.
+func TestForcedTCPShowsInStatus(t *testing.T) {
+	cfg, err := connector.LoadConfig(connector.LoadOptions{
+		Base:    &connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)},
+		Environ: []string{"MC_FORCE_TCP=1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := connector.New(context.Background(), cfg, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st := c.Status()
+	found := false
+	for _, n := range st.Notes {
+		found = found || (strings.Contains(n, "MC_FORCE_TCP=1") && strings.Contains(n, "rdma"))
+	}
+	if st.Transport != "tcp" || !found {
+		t.Fatalf("Status after MC_FORCE_TCP=1: transport %s, notes %q", st.Transport, st.Notes)
+	}
+}

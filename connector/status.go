@@ -30,6 +30,10 @@ type Status struct {
 	Peers    int       `json:"peers"`
 	Healthy  bool      `json:"healthy"`
 	Problem  string    `json:"problem,omitempty"`
+	// Notes say how the configuration was decided where inputs conflicted
+	// (MC_FORCE_TCP=1 forcing protocol tcp, say) and how the hostname was
+	// chosen when it was not set.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Status reports the transports up, how the chain got there and health.
@@ -41,6 +45,10 @@ func (c *Connector) Status() Status {
 		Session: c.session, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
 		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
+		Notes: append([]string(nil), c.cfg.Notes...),
+	}
+	if c.hostnameNote != "" {
+		s.Notes = append(s.Notes, c.hostnameNote)
 	}
 	if p.plugin != nil {
 		s.PluginPID, s.Plugin = p.plugin.Pid(), p.plugin.Path()

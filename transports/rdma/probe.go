@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kvconnect/kvconnect/plugins"
 )
@@ -148,7 +149,13 @@ func Probe(ctx context.Context, po ProbeOptions) Report {
 	return r
 }
 
+// fail records the first failing check. A diagnosis always says what
+// device_name asked for, even when the failure came before the devices
+// were looked at (no library, no device list).
 func (r *Report) fail(c Check, ie *plugins.InitError) {
+	if names := strings.TrimSpace(r.DeviceName); names != "" && !strings.Contains(ie.Cause, names) {
+		ie.Cause += fmt.Sprintf(" (device_name asked for %s)", names)
+	}
 	r.Check, r.Diagnosis = c, ie
 }
 
