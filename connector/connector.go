@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	c.hostID = hostID()
 	if c.cfg.Hostname == "" {
 		var how string
-		c.cfg.Hostname, how = outwardAddress()
+		c.cfg.Hostname, how = OutwardAddress()
 		c.hostnameNote = fmt.Sprintf("hostname %s: %s", c.cfg.Hostname, how)
 		if net.ParseIP(c.cfg.Hostname).IsLoopback() {
 			c.log.Warn("no outward address found; peers on other hosts cannot reach this node", zap.String("hostname", c.cfg.Hostname), zap.String("why", how))

@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// outwardAddress is the address peers on other hosts should use for this
-// one, found as vLLM's get_ip() finds it: the source address of the
+// OutwardAddress is the address a node uses as its hostname when none is
+// set, and how it was found (for people). It is found as vLLM's get_ip()
+// finds it: the source address of the
 // default route (a UDP "connection" to a public address sends nothing),
 // else the first address of an interface that is up and not loopback,
 // else loopback, with a note saying so.
-func outwardAddress() (addr, how string) {
+func OutwardAddress() (addr, how string) {
 	for _, probe := range []string{"8.8.8.8:53", "[2001:4860:4860::8888]:53"} {
 		if nc, err := net.Dial("udp", probe); err == nil {
 			ip := nc.LocalAddr().(*net.UDPAddr).IP

@@ -55,7 +55,11 @@ type DoctorHost struct {
 	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
 	MemlockMax uint64   `json:"memlock_hard_bytes"`
 	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
-	Warnings   []string `json:"warnings"`
+	// HostnameFrom says how the hostname was chosen when it was not set.
+	HostnameFrom string `json:"hostname_from,omitempty"`
+	Warnings     []string `json:"warnings"`
+	// Errors are what would stop a node from starting here.
+	Errors []string `json:"errors"`
 }
 
 // DoctorDecision says which transport this config would end up on.
@@ -134,6 +138,10 @@ func runDoctor(cmd *cobra.Command, cfg connector.Config) DoctorReport {
 			} else {
 				rep.Decision.Reason = fmt.Sprintf("with this config kvconnect would use %s, because %s", n, strings.Join(failed, "; "))
 			}
+			if len(rep.Host.Errors) > 0 {
+				rep.Decision = DoctorDecision{Transport: n, Reason: fmt.Sprintf("%s would come up, but a node would not start here: %s",
+					n, strings.Join(rep.Host.Errors, "; "))}
+			}
 			return rep
 		}
 		failed = append(failed, n+": "+causeOf(r))
@@ -164,10 +172,13 @@ func causeOf(r connector.ProbeResult) string {
 var containerBridges = []string{"docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "podman"}
 
 func probeHost(cfg connector.Config) DoctorHost {
-	h := DoctorHost{Hostname: cfg.Hostname, RPCPort: cfg.RPCPort, Warnings: []string{}, Addresses: []string{}, Interfaces: []string{}}
-	addrs, err := net.LookupHost(cfg.Hostname)
+	h := DoctorHost{Hostname: cfg.Hostname, RPCPort: cfg.RPCPort, Warnings: []string{}, Errors: []string{}, Addresses: []string{}, Interfaces: []string{}}
+	if h.Hostname == "" {
+		h.Hostname, h.HostnameFrom = connector.OutwardAddress()
+	}
+	addrs, err := net.LookupHost(h.Hostname)
 	if err != nil {
-		h.Warnings = append(h.Warnings, fmt.Sprintf("hostname %q does not resolve (%v): peers cannot reach this node; set hostname to this host's IP", cfg.Hostname, err))
+		h.Errors = append(h.Errors, fmt.Sprintf("hostname %q does not resolve (%v): a node would not start (peers could not reach it); set hostname to this host's IP, or leave it empty for the outward address", h.Hostname, err))
 	}
 	h.Addresses = append(h.Addresses, addrs...)
 	ifaces, _ := net.Interfaces()
@@ -196,7 +207,7 @@ func probeHost(cfg connector.Config) DoctorHost {
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		h.RPCPortErr = err.Error()
-		h.Warnings = append(h.Warnings, fmt.Sprintf("rpc_port %d cannot be bound: %v", cfg.RPCPort, err))
+		h.Errors = append(h.Errors, fmt.Sprintf("rpc_port %d cannot be bound: %v: a node would not start", cfg.RPCPort, err))
 	} else {
 		h.RPCPortOK = true
 		ln.Close()
@@ -258,6 +269,9 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 	if len(h.Interfaces) > 0 {
 		fmt.Fprintf(w, " (on %s)", strings.Join(h.Interfaces, ", "))
 	}
+	if h.HostnameFrom != "" {
+		fmt.Fprintf(w, "; hostname is not set: %s", h.HostnameFrom)
+	}
 	fmt.Fprintln(w)
 	if h.RPCPortOK {
 		fmt.Fprintf(w, "  rpc_port %d: bindable\n", h.RPCPort)
@@ -270,6 +284,9 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 		fmt.Fprint(w, ", but the process has CAP_IPC_LOCK, so the limit does not apply")
 	}
 	fmt.Fprintln(w)
+	for _, e := range h.Errors {
+		fmt.Fprintf(w, "  ERROR: %s\n", e)
+	}
 	for _, warn := range h.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
