@@ -56,7 +56,7 @@ type DoctorHost struct {
 	MemlockMax uint64   `json:"memlock_hard_bytes"`
 	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
 	// HostnameFrom says how the hostname was chosen when it was not set.
-	HostnameFrom string `json:"hostname_from,omitempty"`
+	HostnameFrom string   `json:"hostname_from,omitempty"`
 	Warnings     []string `json:"warnings"`
 	// Errors are what would stop a node from starting here.
 	Errors []string `json:"errors"`
