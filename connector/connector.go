@@ -145,7 +145,7 @@ func (c *Connector) listenRPC() (net.Listener, error) {
 
 // serveRPC answers handshakes on ln.
 func (c *Connector) serveRPC(ln net.Listener) {
-	c.rpc = &rpcServer{c: c, ln: ln, max: c.cfg.MaxHandshakeFrame, log: c.log, conns: map[net.Conn]struct{}{}}
+	c.rpc = newRPCServer(c, ln)
 	c.rpc.wg.Add(1)
 	go c.rpc.serve()
 }

@@ -1,8 +1,10 @@
 package connector
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -40,11 +42,17 @@ func readFrame(r io.Reader, max int) (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// The body grows as its bytes arrive: a peer that claims a large frame
+	// and sends little makes the node hold little.
+	var body bytes.Buffer
+	body.Grow(min(n, 64<<10))
+	if _, err := io.CopyN(&body, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return 0, nil, err
 	}
-	return hdr[8], body, nil
+	return hdr[8], body.Bytes(), nil
 }
 
 // decodeFrameHeader validates the 9-byte frame header and returns the body

@@ -9,52 +9,94 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/internal/ratelog"
 )
 
 // rpcServer answers handshake requests on the RPC port: kvconnect's and
-// unmodified Mooncake Transfer Engines'.
+// unmodified Mooncake Transfer Engines'. Every connection is served by its
+// own goroutine and must deliver its whole request within
+// handshakeTimeout, so idle, slow or hostile clients cannot hold the port
+// against real peers: when maxHandshakeConns connections are open, the one
+// that has waited longest for its request is dropped to make room.
 type rpcServer struct {
-	c   *Connector
-	ln  net.Listener
-	max int
-	log *zap.Logger
+	c    *Connector
+	ln   net.Listener
+	max  int
+	log  *zap.Logger
+	warn *ratelog.Limiter
 
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]time.Time // accepted connections still reading their request, and when they came
+	busy  map[net.Conn]bool      // connections whose request was read (being answered)
 	wg    sync.WaitGroup
 }
 
-// maxHandshakeConns bounds the handshake connections served at once; more
-// are closed at accept, so a flood cannot make the node buffer unbounded
-// frames.
-const maxHandshakeConns = 64
+// Limits of the handshake server.
+const (
+	// maxHandshakeConns bounds the connections open at once.
+	maxHandshakeConns = 4096
+	// handshakeTimeout bounds receiving one request (Mooncake's server
+	// gives a client 5 s too) and, separately, writing its reply.
+	handshakeTimeout = 5 * time.Second
+	// acceptBackoffMax bounds the wait between accept retries after an
+	// error such as EMFILE.
+	acceptBackoffMax = time.Second
+)
+
+func newRPCServer(c *Connector, ln net.Listener) *rpcServer {
+	return &rpcServer{c: c, ln: ln, max: c.cfg.MaxHandshakeFrame, log: c.log, warn: ratelog.New(c.log, 10*time.Second),
+		conns: map[net.Conn]time.Time{}, busy: map[net.Conn]bool{}}
+}
 
 func (s *rpcServer) serve() {
 	defer s.wg.Done()
+	backoff := time.Duration(0)
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Warn("handshake listener stopped", zap.Error(err))
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// EMFILE, ENFILE, ENOBUFS, ECONNABORTED...: the listener is
+			// fine; wait and accept again.
+			backoff = min(max(2*backoff, 5*time.Millisecond), acceptBackoffMax)
+			s.warn.Warn("accept", "handshake listener: accept failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		s.mu.Lock()
 		if s.conns == nil {
 			s.mu.Unlock()
 			nc.Close()
 			return
 		}
-		if len(s.conns) >= maxHandshakeConns {
-			s.mu.Unlock()
-			s.log.Warn("too many handshake connections at once; refusing one", zap.String("remote", nc.RemoteAddr().String()), zap.Int("limit", maxHandshakeConns))
-			nc.Close()
-			continue
+		if len(s.conns)+len(s.busy) >= maxHandshakeConns {
+			s.evictLocked()
 		}
-		s.conns[nc] = struct{}{}
+		s.conns[nc] = time.Now()
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.handle(nc)
+	}
+}
+
+// evictLocked drops the connection that has waited longest for its
+// request.
+func (s *rpcServer) evictLocked() {
+	var oldest net.Conn
+	var since time.Time
+	for nc, t := range s.conns {
+		if oldest == nil || t.Before(since) {
+			oldest, since = nc, t
+		}
+	}
+	if oldest != nil {
+		delete(s.conns, oldest)
+		oldest.Close()
+		s.warn.Warn("evict", "too many handshake connections at once; dropping the one that waited longest for its request",
+			zap.String("remote", oldest.RemoteAddr().String()), zap.Duration("waited", time.Since(since)), zap.Int("limit", maxHandshakeConns))
 	}
 }
 
@@ -64,12 +106,24 @@ func (s *rpcServer) handle(nc net.Conn) {
 		nc.Close()
 		s.mu.Lock()
 		delete(s.conns, nc)
+		delete(s.busy, nc)
 		s.mu.Unlock()
 	}()
-	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	typ, body, err := readFrame(nc, s.max)
+	s.mu.Lock()
+	if _, ok := s.conns[nc]; !ok && s.busy != nil {
+		s.mu.Unlock()
+		return // evicted
+	}
+	delete(s.conns, nc)
+	if s.busy != nil {
+		s.busy[nc] = true
+	}
+	s.mu.Unlock()
+	nc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	if err != nil {
-		s.log.Debug("bad handshake request", zap.String("remote", nc.RemoteAddr().String()), zap.Error(err))
+		s.warn.Info("bad-request", "dropped a handshake connection that sent no complete request", zap.String("remote", nc.RemoteAddr().String()), zap.Error(err))
 		if errors.Is(err, ErrProtocol) {
 			s.replyError(nc, err)
 		}
@@ -116,7 +170,7 @@ func (s *rpcServer) handle(nc net.Conn) {
 		writeFrame(nc, frameProbe, marshal(probeReply{Status: "success", Name: s.c.session, Time: time.Now().UTC().Format(time.RFC3339Nano)}))
 	case frameConnect:
 		// Mooncake's RDMA queue-pair handshake: say why it cannot work.
-		s.c.log.Warn("a Mooncake RDMA peer tried to connect; kvconnect serves Mooncake peers over TCP only",
+		s.warn.Warn("mooncake-rdma", "a Mooncake RDMA peer tried to connect; kvconnect serves Mooncake peers over TCP only",
 			zap.String("remote", nc.RemoteAddr().String()))
 		writeFrame(nc, frameConnect, marshal(connectReply{QPNum: []int{},
 			ReplyMsg: fmt.Sprintf("%s is a kvconnect node: it serves Mooncake peers over Mooncake's TCP transport only (no RDMA queue pairs); start this Mooncake node with protocol tcp (MC_FORCE_TCP=1)", s.c.session)}))
@@ -134,10 +188,16 @@ func (s *rpcServer) replyError(nc net.Conn, err error) {
 func (s *rpcServer) close() {
 	s.ln.Close()
 	s.mu.Lock()
-	conns := s.conns
-	s.conns = nil
+	conns := make([]net.Conn, 0, len(s.conns)+len(s.busy))
+	for nc := range s.conns {
+		conns = append(conns, nc)
+	}
+	for nc := range s.busy {
+		conns = append(conns, nc)
+	}
+	s.conns, s.busy = nil, nil
 	s.mu.Unlock()
-	for nc := range conns {
+	for _, nc := range conns {
 		nc.Close()
 	}
 	s.wg.Wait()

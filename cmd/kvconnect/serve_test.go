@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -99,5 +101,90 @@ func TestDoctorFailsOnUnresolvableHostname(t *testing.T) {
 	var ee exitError
 	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(out, `hostname "no-such-host.invalid" does not resolve`) {
 		t.Fatalf("doctor with an unresolvable hostname: %v\n%s", err, out)
+	}
+}
+
+// startServe runs kvconnect serve in the background and returns its
+// session id, the process, and its stderr so far.
+func startServe(t *testing.T, args ...string) (string, *exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(kvconnectBin(t), append([]string{"serve", "--log-level", "info", "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st struct{ Session string }
+		if line, _, ok := strings.Cut(out.String(), "\n"); ok && json.Unmarshal([]byte(line), &st) == nil && st.Session != "" {
+			return st.Session, cmd, &errOut
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve printed no status within 30 s:\n%s\n%s", out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for its status line
+	}
+}
+
+// probe sends a handshake Probe and reports whether it was answered.
+func probe(session string) bool {
+	nc, err := net.DialTimeout("tcp", session, time.Second)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(2 * time.Second))
+	nc.Write([]byte{3, 0, 0, 0, 0, 0, 0, 0, 3, '{', '}'})
+	var hdr [9]byte
+	_, err = io.ReadFull(nc, hdr[:])
+	return err == nil && hdr[8] == 3
+}
+
+// TestRPCListenerSurvivesEMFILE: when the node runs out of file
+// descriptors, its handshake listener backs off, says so once, and
+// answers again once descriptors are free (it used to stop for good).
+func TestRPCListenerSurvivesEMFILE(t *testing.T) {
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("prlimit (util-linux) is not installed")
+	}
+	session, cmd, stderr := startServe(t)
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if out, err := exec.Command("prlimit", "--pid", pid, "--nofile=48:").CombinedOutput(); err != nil {
+		t.Skipf("prlimit --pid refused here: %v %s", err, out)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "accept failed; retrying") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no accept failure reported with %d idle connections under a limit of 48:\n%s", len(conns), stderr.String())
+		}
+		if nc, err := net.DialTimeout("tcp", session, time.Second); err == nil {
+			conns = append(conns, nc)
+		}
+	}
+	for _, nc := range conns {
+		nc.Close()
+	}
+	conns = nil
+	if out, err := exec.Command("prlimit", "--pid", pid, "--nofile=4096:").CombinedOutput(); err != nil {
+		t.Fatalf("restoring the limit: %v %s", err, out)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for !probe(session) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handshake listener did not answer again after EMFILE:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the listener
+	}
+	if n := strings.Count(stderr.String(), "accept failed; retrying"); n > 3 {
+		t.Errorf("%d accept-failure lines for one burst: not rate-limited", n)
 	}
 }

@@ -44,7 +44,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 			}
 		}
 		if err != nil {
-			t.log.Debug("tcp: rejecting a Mooncake request", zap.String("remote", remote), zap.Uint64("addr", h.Addr),
+			t.warn.Info("mooncake-reject", "tcp: rejected a Mooncake request outside the registered regions", zap.String("remote", remote), zap.Uint64("addr", h.Addr),
 				zap.Uint64("size", h.Size), zap.Bool("write", h.Write), zap.Error(err))
 			if h.V2 {
 				mcwire.EncodeStatus(&sb, mcwire.StatusRejected)

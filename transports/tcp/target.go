@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -29,14 +30,25 @@ type targetConn struct {
 
 func (t *Transport) acceptLoop(ln net.Listener) {
 	defer t.wg.Done()
+	backoff := time.Duration(0)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				t.log.Warn("tcp: accept failed; data listener stopped", zap.Error(err))
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// EMFILE, ENFILE, ENOBUFS, ECONNABORTED...: the listener is
+			// fine; wait and accept again.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t.warn.Warn("accept", "tcp: accept failed on the data port; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-t.stop:
+				return
+			}
 		}
+		backoff = 0
 		// Registered before its first byte is read, so a v1 READ elsewhere
 		// waits for a WRITE it carries (mooncakeOrder).
 		tc := &targetConn{t: t, nc: nc, mc: t.order.add(nc)}
@@ -102,7 +114,10 @@ func (tc *targetConn) serve() {
 			return // peer closed or connection broke
 		}
 		if err := h.Decode(hb[:]); err != nil || h.Op.IsResponse() {
-			t.log.Warn("tcp: dropping connection after a malformed request", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err), zap.Stringer("op", h.Op))
+			if err == nil {
+				err = fmt.Errorf("a %s frame sent as a request", h.Op)
+			}
+			t.warn.Warn("malformed", "tcp: dropping a connection after a malformed request", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err))
 			return
 		}
 		resp := wire.Header{ReqID: h.ReqID}

@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/internal/ratelog"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
 )
@@ -46,8 +47,9 @@ type Transport struct {
 	targets map[*targetConn]struct{}
 
 	regions regions.Table
-	order   mooncakeOrder  // v1 read-after-write across Mooncake connections
-	wg      sync.WaitGroup // accept loop, target conns, watchdog
+	order   mooncakeOrder    // v1 read-after-write across Mooncake connections
+	warn    *ratelog.Limiter // lines remote peers can trigger, rate-limited
+	wg      sync.WaitGroup   // accept loop, target conns, watchdog
 	stop    chan struct{}
 }
 
@@ -55,6 +57,7 @@ type Transport struct {
 func New() *Transport {
 	return &Transport{
 		log:     zap.NewNop(),
+		warn:    ratelog.New(zap.NewNop(), time.Second),
 		peers:   map[plugins.PeerID]*peer{},
 		mcpeers: map[plugins.PeerID]*mcPeer{},
 		targets: map[*targetConn]struct{}{},
@@ -87,6 +90,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	if req.Logger != nil {
 		t.log = req.Logger
 	}
+	t.warn = ratelog.New(t.log, 10*time.Second)
 	// The data port binds where the node's RPC port does unless
 	// transports.tcp.bind_address (MC_TCP_BIND_ADDRESS) says otherwise.
 	bindAddr := opts.BindAddress
