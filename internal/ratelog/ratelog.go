@@ -40,10 +40,14 @@ func New(log *zap.Logger, interval time.Duration) *Limiter {
 // Warn logs msg at warn level unless a line of the same key was logged
 // less than an interval ago; then it is counted, and the next line of the
 // key carries "suppressed": N.
-func (l *Limiter) Warn(key, msg string, fields ...zap.Field) { l.log1(zapcore.WarnLevel, key, msg, fields) }
+func (l *Limiter) Warn(key, msg string, fields ...zap.Field) {
+	l.log1(zapcore.WarnLevel, key, msg, fields)
+}
 
 // Info is Warn at info level.
-func (l *Limiter) Info(key, msg string, fields ...zap.Field) { l.log1(zapcore.InfoLevel, key, msg, fields) }
+func (l *Limiter) Info(key, msg string, fields ...zap.Field) {
+	l.log1(zapcore.InfoLevel, key, msg, fields)
+}
 
 func (l *Limiter) log1(lvl zapcore.Level, key, msg string, fields []zap.Field) {
 	if !l.log.Core().Enabled(lvl) {
