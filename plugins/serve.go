@@ -3,7 +3,9 @@ package plugins
 import (
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
@@ -19,8 +21,14 @@ import (
 //
 // A binary built with Serve refuses to run when started by hand (without
 // the host's handshake cookie) and says so.
+//
+// A plugin ignores SIGTERM: a service manager or a shell signals the
+// whole process group when it stops the host, and the host then closes
+// its plugins in order; a host that dies takes its plugins with it
+// (parent-death signal).
 func Serve(t Transport) {
 	pluginrpc.RefuseOtherSDK()
+	signal.Ignore(syscall.SIGTERM)
 	log := pluginrpc.PluginLogger(pluginrpc.StderrSyncer(), os.Getenv(pluginrpc.EnvLogLevel))
 	var fds *pluginrpc.FDReceiver
 	if v := os.Getenv(pluginrpc.EnvFDChannel); v != "" {

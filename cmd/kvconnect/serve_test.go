@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,5 +187,48 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 	}
 	if n := strings.Count(stderr.String(), "accept failed; retrying"); n > 3 {
 		t.Errorf("%d accept-failure lines for one burst: not rate-limited", n)
+	}
+}
+
+// TestServeCleanShutdownOnGroupSIGTERM: a SIGTERM to the whole process
+// group (what systemd and a shell do) ends serve with status 0 and no
+// ERROR line: the plugin does not die first.
+func TestServeCleanShutdownOnGroupSIGTERM(t *testing.T) {
+	cmd := exec.Command(kvconnectBin(t), "serve", "--log-level", "info", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), `"session"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not come up:\n%s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for its status line
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit within 30 s of SIGTERM")
+	}
+	for _, line := range strings.Split(errOut.String(), "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("an ERROR line on a clean shutdown: %s", line)
+		}
+	}
+	if !strings.Contains(errOut.String(), "kvconnect node closed") {
+		t.Errorf("no closing line:\n%s", errOut.String())
 	}
 }
