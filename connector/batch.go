@@ -138,6 +138,9 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	if err := p.suspectErr(); err != nil {
+		return nil, err
+	}
 	l, err := p.ensure(ctx)
 	if err != nil {
 		return nil, err
@@ -172,6 +175,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	}
 	c.wg.Add(1)
 	c.mu.Unlock()
+	caller := ctx
 	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
 	go func() {
 		defer c.wg.Done()
@@ -182,6 +186,9 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 		}
 		if cause := lostPeer(err, b.results); cause != nil {
 			p.markStale(l.at, l.id, cause)
+		}
+		if cause := timedOut(caller, err, b.results); cause != nil {
+			p.markSuspect(cause)
 		}
 		b.elapsed = time.Since(b.start)
 		close(b.done)

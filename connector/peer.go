@@ -29,7 +29,8 @@ type Peer struct {
 	buffers *regions.Index[BufferDescriptor] // desc.Buffers, for lookups
 	at      *activeTransport
 	id      plugins.PeerID
-	stale   bool // the connection was lost; reconnect before the next batch
+	stale   bool          // the connection was lost; reconnect before the next batch
+	suspect *suspectState // the peer did not answer in time; see suspect.go
 	closed  bool
 }
 

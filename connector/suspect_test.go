@@ -1,0 +1,129 @@
+package connector_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"go.uber.org/zap/zaptest"
+)
+
+// servePeer starts `kvconnect serve` in its own process group (so a
+// signal to the group reaches its plugins too) and returns its session
+// and process group id.
+func servePeer(t *testing.T, args ...string) (session string, pgid int) {
+	t.Helper()
+	cli, err := testbin.Build("./cmd/kvconnect", "kvconnect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"serve", "--alloc", "1MiB", "--plugin-dir", pluginDir(t), "--log-level", "warn"}, args...)
+	cmd := exec.Command(cli, args...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid = cmd.Process.Pid
+	t.Cleanup(func() {
+		syscall.Kill(-pgid, syscall.SIGCONT)
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	var st struct {
+		Session string `json:"session"`
+	}
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatalf("the peer printed no status (exit: %v)", cmd.Wait())
+	}
+	if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
+		t.Fatalf("peer status %q: %v", sc.Text(), err)
+	}
+	return st.Session, pgid
+}
+
+// TestStoppedPeerBecomesSuspect: a peer that stops answering (SIGSTOP, as
+// a hung process or a host behind a dead link) costs one batch its
+// transfer_timeout; later batches to it fail at once saying why, and once
+// it answers again (SIGCONT) batches over the same Peer work again.
+func TestStoppedPeerBecomesSuspect(t *testing.T) {
+	session, pgid := servePeer(t)
+	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 2 * time.Second}
+	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	peer, err := a.Open(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := alloc(t, a, 1<<20)
+	dst := peer.Regions()[0].Addr
+	write := func() error { return a.TransferSyncWrite(ctx, session, src.Addr(), dst, 1<<20) }
+	if err := write(); err != nil {
+		t.Fatalf("before the stop: %v", err)
+	}
+
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = write()
+	if !errors.Is(err, connector.ErrTimeout) {
+		t.Fatalf("write to a stopped peer: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d < cfg.TransferTimeout/2 {
+		t.Fatalf("write to a stopped peer failed after %v, before the transfer timeout %v: %v", d, cfg.TransferTimeout, err)
+	}
+
+	start = time.Now()
+	err = write()
+	if !errors.Is(err, connector.ErrPeerUnreachable) || !strings.Contains(err.Error(), "suspect") {
+		t.Fatalf("second write to a stopped peer: %v, want a fast suspect error", err)
+	}
+	if d := time.Since(start); d > cfg.TransferTimeout/2 {
+		t.Fatalf("second write to a stopped peer took %v: suspicion should fail it at once", d)
+	}
+
+	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := write()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, connector.ErrPeerUnreachable) || time.Now().After(deadline) {
+			t.Fatalf("after SIGCONT: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // wait for the prober
+	}
+	if p2, err := a.Open(ctx, session); err != nil || p2 != peer {
+		t.Fatalf("after recovery Open returned %p, %v; want the same Peer %p", p2, err, peer)
+	}
+}
