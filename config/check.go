@@ -112,6 +112,7 @@ func (ck *checker) check(c *Config) {
 	if ck.ok("device_name") {
 		ck.deviceName(c.DeviceName)
 	}
+	ck.checkAuth(c, nil)
 	if ck.ok("plugin_dir") && ck.loaded && c.PluginDir != "" {
 		if st, err := os.Stat(c.PluginDir); err != nil || !st.IsDir() {
 			ck.add(&Problem{Key: "plugin_dir", Value: c.PluginDir, Warning: true,

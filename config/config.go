@@ -2,6 +2,8 @@ package config
 
 import (
 	"time"
+
+	"github.com/kvconnect/kvconnect/auth"
 )
 
 // MetadataP2P is the metadata mode in which peers exchange segment
@@ -70,6 +72,16 @@ type Config struct {
 	// speaks Mooncake's TCP protocol, and Open reaches Mooncake nodes.
 	// nil means true (use config.Bool(false) to turn it off).
 	MooncakeInterop *bool `koanf:"mooncake_interop" json:"mooncake_interop,omitempty"`
+	// AuthSecret turns peer authentication on: peers must prove they hold
+	// it (see package auth) on every handshake and data connection. At
+	// least 16 bytes; never logged or shown. Set it or AuthSecretFile, not
+	// both. With a secret, Mooncake peers (which cannot authenticate) are
+	// refused, so MooncakeInterop must not be set to true.
+	AuthSecret auth.Secret `koanf:"auth_secret" json:"auth_secret,omitempty"`
+	// AuthSecretFile is a file holding the secret(s), one per line (blank
+	// lines and lines starting with # are skipped): the node proves itself
+	// with the first and accepts any of them, so a secret can be rotated.
+	AuthSecretFile string `koanf:"auth_secret_file" json:"auth_secret_file,omitempty"`
 	// Notes are what Load decided about conflicting inputs ("MC_FORCE_TCP=1
 	// forces protocol tcp (was rdma from file kvconnect.yaml)"); a node
 	// shows them in its Status. Not a setting.

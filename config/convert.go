@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/units"
 )
 
@@ -32,6 +33,17 @@ func convert(s *setting, e entry) (any, *Problem) {
 			return nil, p
 		}
 		return str, nil
+	case kindSecret:
+		var str string
+		switch x := e.value.(type) {
+		case auth.Secret:
+			str = string(x)
+		case string:
+			str = x
+		default:
+			return nil, &Problem{Key: s.key, Value: redactedValue, Source: e.source, Allowed: "a string"}
+		}
+		return auth.Secret(strings.TrimSpace(str)), nil
 	case kindInt:
 		n, ok := toInt(e.value)
 		if !ok {

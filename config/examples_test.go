@@ -74,7 +74,10 @@ func TestDocsComplete(t *testing.T) {
 	doc := string(b)
 	var want []string
 	for _, s := range settings {
-		want = append(want, "`"+s.key+"`", "`--"+s.flag+"`", "`"+EnvName(s.key)+"`")
+		want = append(want, "`"+s.key+"`", "`"+EnvName(s.key)+"`")
+		if s.flag != "" {
+			want = append(want, "`--"+s.flag+"`")
+		}
 	}
 	for _, e := range CompatEnvs() {
 		want = append(want, "`"+e.Name+"`")

@@ -23,6 +23,9 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	mark("kv-transfer-config")
 	mark("set")
 	for _, s := range settings {
+		if s.flag == "" {
+			continue
+		}
 		help := s.help + "; env " + EnvName(s.key)
 		def := ""
 		if s.def != nil {
@@ -63,6 +66,9 @@ func (ld *loader) flagLayer() {
 	}
 	l := newLayer()
 	for _, s := range settings {
+		if s.flag == "" {
+			continue
+		}
 		f, ok := configFlag(fs, s.flag)
 		if !ok {
 			continue

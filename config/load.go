@@ -15,6 +15,7 @@ import (
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/transports"
 	"github.com/spf13/pflag"
 )
@@ -132,6 +133,11 @@ type layer struct {
 func newLayer() *layer { return &layer{entries: map[string]entry{}} }
 
 func (l *layer) set(key string, e entry) {
+	if s, ok := lookupSetting(key); ok && s.kind == kindSecret {
+		if str, isStr := e.value.(string); isStr {
+			e.value = auth.Secret(str) // never shown, from here on
+		}
+	}
 	if _, ok := l.entries[key]; !ok {
 		l.order = append(l.order, key)
 	}
@@ -244,6 +250,8 @@ func (ld *loader) codeLayer(c Config) {
 	if c.MooncakeInterop != nil {
 		add("mooncake_interop", *c.MooncakeInterop, true)
 	}
+	add("auth_secret", c.AuthSecret, c.AuthSecret != "")
+	add("auth_secret_file", c.AuthSecretFile, c.AuthSecretFile != "")
 	for _, name := range sortedKeys(c.Transports) {
 		for _, opt := range sortedKeys(c.Transports[name]) {
 			add(transportsKey+"."+name+"."+opt, c.Transports[name][opt], true)
@@ -502,6 +510,18 @@ func (ld *loader) resolve() (*Loaded, error) {
 	cfg.MaxHandshakeFrame = int(min(size("max_handshake_frame"), 1<<40))
 	cfg.PluginDir = str("plugin_dir")
 	cfg.MooncakeInterop = boolean("mooncake_interop")
+	if s, ok := get("auth_secret").(auth.Secret); ok {
+		cfg.AuthSecret = s
+	}
+	cfg.AuthSecretFile = str("auth_secret_file")
+	if cfg.AuthSecret != "" || cfg.AuthSecretFile != "" {
+		// Mooncake peers cannot authenticate: interop is off unless the
+		// user asked for it (which the checker refuses).
+		if e := eff["mooncake_interop"]; e.source == "default" || e.source == "" {
+			cfg.MooncakeInterop = Bool(false)
+			ld.note("mooncake_interop is off: auth is on (from %s) and Mooncake peers cannot authenticate", authSource(eff))
+		}
+	}
 	out.LogLevel = str("log_level")
 	out.LogFormat = str("log_format")
 

@@ -17,6 +17,7 @@ const (
 	kindList
 	kindDevice // a string, or a map per local device index
 	kindBool
+	kindSecret // a string never shown (auth.Secret)
 )
 
 // describe says what a value of the kind looks like, for "want ..." texts.
@@ -34,6 +35,8 @@ func (k kind) describe() string {
 		return `a device name, a comma list, a JSON map per local device index, or a path to a .json file`
 	case kindBool:
 		return boolAllowed
+	case kindSecret:
+		return "a secret string of at least 16 bytes"
 	}
 	return "a string"
 }
@@ -45,7 +48,7 @@ type setting struct {
 	def     any // the default as a display value; nil = not set
 	help    string
 	allowed []string // for strings with a fixed set of values
-	flag    string   // flag name
+	flag    string   // flag name; "" = none (secrets: flags show in ps)
 	min     int64    // for ints
 	max     int64
 }
@@ -100,6 +103,10 @@ var settings = []setting{
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
 	{key: "mooncake_interop", kind: kindBool, def: true, flag: "mooncake-interop",
 		help: "serve and open unmodified Mooncake Transfer Engine peers over Mooncake's TCP protocol (whenever tcp is up)"},
+	{key: "auth_secret", kind: kindSecret, def: nil,
+		help: "shared secret peers must prove they hold (HMAC challenge-response) on every handshake and data connection; at least 16 bytes; never logged; set by env or file, not by flag (flags show in ps); see docs/SECURITY.md"},
+	{key: "auth_secret_file", kind: kindString, def: "", flag: "auth-secret-file",
+		help: "file holding the auth secret(s), one per line: the node proves itself with the first and accepts any (rotation); instead of auth_secret"},
 	{key: "log_level", kind: kindString, def: "info", flag: "log-level", allowed: LogLevels(),
 		help: "log level: debug, info, warn or error"},
 	{key: "log_format", kind: kindString, def: "console", flag: "log-format", allowed: LogFormats(),
