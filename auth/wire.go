@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"fmt"
+	"time"
 
 	"github.com/kvconnect/kvconnect/errdefs"
 )
@@ -16,6 +17,16 @@ const Magic = "KVCA"
 const Version = 1
 
 const label = "kvconnect-auth-v1"
+
+// Purposes kvconnect's own connections use; a third-party transport names
+// its own ("<transport>-data").
+const (
+	PurposeHandshake = "handshake" // the RPC (handshake) port
+	PurposeTCPData   = "tcp-data"  // the tcp transport's data connections
+)
+
+// Timeout is a sane bound for the whole exchange.
+const Timeout = 5 * time.Second
 
 // Sizes of the exchange's messages.
 const (

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
@@ -43,9 +44,20 @@ func (s *grpcServer) Info(ctx context.Context, _ *proto.InfoRequest) (*proto.Inf
 }
 
 func (s *grpcServer) Init(ctx context.Context, req *proto.InitRequest) (*proto.InitResponse, error) {
+	var kr *auth.Keyring
+	if len(req.AuthSecrets) > 0 {
+		secrets := make([]auth.Secret, len(req.AuthSecrets))
+		for i, b := range req.AuthSecrets {
+			secrets[i] = auth.Secret(b)
+		}
+		var err error
+		if kr, err = auth.NewKeyring(secrets...); err != nil {
+			return nil, pluginrpc.ToStatus(fmt.Errorf("init: %w", err))
+		}
+	}
 	res, err := s.impl.Init(ctx, InitRequest{
 		Hostname: req.Hostname, Metadata: req.Metadata, Protocol: req.Protocol, DeviceName: req.DeviceName,
-		BindAddress: req.BindAddress, Options: req.Options, Logger: s.log,
+		BindAddress: req.BindAddress, Options: req.Options, Logger: s.log, Auth: kr,
 	})
 	if err != nil {
 		return nil, pluginrpc.ToStatus(err)

@@ -24,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 )
 
@@ -127,6 +128,11 @@ const (
 	CapWrite                                  // supports OpWrite
 	CapAbsoluteAddress                        // accepts RemoteRegion 0 with absolute addresses
 	CapSameHostOnly                           // only reaches peers on the same host
+	// CapAuthenticates: with InitRequest.Auth set, the transport runs the
+	// auth exchange on every data connection it opens and accepts, before
+	// serving anything on it. The host warns about (and Status shows) a
+	// transport without it on a node with auth on.
+	CapAuthenticates
 )
 
 // Info describes a transport.
@@ -150,6 +156,12 @@ type InitRequest struct {
 	// Options is the transport's own config subtree as a JSON object
 	// (decode it with DecodeOptions); nil or empty when none is set.
 	Options []byte
+	// Auth is the node's keyring (nil = authentication off). A transport
+	// that controls its wire (CapAuthenticates) proves itself with it on
+	// every data connection it opens (Keyring.Prove) and requires it on
+	// every one it accepts (Keyring.Accept), before reading anything else.
+	// Never log its secrets (auth.Secret prints as "<redacted>").
+	Auth *auth.Keyring
 	// Logger is where the transport logs. It may be nil: log nowhere then
 	// (zap.NewNop). It does not cross the wire: a plugin gets a logger that
 	// forwards to the host's.

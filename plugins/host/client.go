@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
@@ -60,7 +61,7 @@ func (c *grpcClient) Info(ctx context.Context) (plugins.Info, error) {
 func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
 	r, err := c.rpc.Init(ctx, &proto.InitRequest{
 		Hostname: req.Hostname, Metadata: req.Metadata, Protocol: req.Protocol, DeviceName: req.DeviceName,
-		BindAddress: req.BindAddress, Options: req.Options,
+		BindAddress: req.BindAddress, Options: req.Options, AuthSecrets: secretBytes(req.Auth),
 	})
 	if err != nil {
 		return plugins.InitResult{}, c.fromStatus(ctx, "init", err)
@@ -192,4 +193,13 @@ func (c *grpcClient) fromStatus(ctx context.Context, op string, err error) error
 		return fmt.Errorf("plugin %s: %s: lost the connection to the plugin process: %v: %w", c.name, op, err, errdefs.ErrTransportCrashed)
 	}
 	return fmt.Errorf("plugin %s: %s: %v: %w", c.name, op, err, errdefs.ErrInternal)
+}
+
+// secretBytes is the keyring's secrets for the wire to the plugin.
+func secretBytes(k *auth.Keyring) [][]byte {
+	var out [][]byte
+	for _, s := range k.Secrets() {
+		out = append(out, []byte(s))
+	}
+	return out
 }

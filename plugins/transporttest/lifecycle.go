@@ -19,7 +19,7 @@ func runLifecycle(t *testing.T, h Harness) {
 }
 
 func initReq(h Harness) plugins.InitRequest {
-	return plugins.InitRequest{Hostname: h.Hostname, Metadata: "P2PHANDSHAKE", Options: h.Options}
+	return plugins.InitRequest{Hostname: h.Hostname, Metadata: "P2PHANDSHAKE", Options: h.Options, Auth: h.Auth}
 }
 
 func testInfoBeforeInit(t *testing.T, h Harness) {

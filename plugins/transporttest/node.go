@@ -44,7 +44,7 @@ func NewNode(t *testing.T, h Harness, name string) *Node {
 	n := newNode(t, h, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := n.T.Init(ctx, plugins.InitRequest{Hostname: h.Hostname, Metadata: "P2PHANDSHAKE", Options: h.Options})
+	res, err := n.T.Init(ctx, initReq(h))
 	if err != nil {
 		t.Fatalf("%s: Init: %v", name, err)
 	}

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
@@ -50,6 +51,11 @@ type Harness struct {
 	// see it: for a transport that speaks more than one wire protocol on
 	// its endpoint, to run the suite over another one.
 	PeerEndpoint func(endpoint []byte) []byte
+	// Auth, when set, is every node's keyring (InitRequest.Auth): the
+	// whole suite runs authenticated, and the Authentication test checks
+	// that nodes without it, or with another secret, are refused. The
+	// transport must report CapAuthenticates.
+	Auth *auth.Keyring
 }
 
 func (h *Harness) defaults() {
@@ -78,6 +84,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("DeregisterWaitsForOpsInFlight", func(t *testing.T) { testDeregisterInFlight(t, h) })
 	t.Run("PeerClosedMidBatch", func(t *testing.T) { testPeerClosedMidBatch(t, h) })
 	t.Run("CloseWithOpsInFlight", func(t *testing.T) { testCloseInFlight(t, h) })
+	if h.Auth != nil {
+		t.Run("Authentication", func(t *testing.T) { testAuthentication(t, h) })
+	}
 }
 
 // Modes says how to host the transport under test in each mode.
@@ -90,19 +99,20 @@ type Modes struct {
 	Binary string
 	// Env is extra environment for the plugin process.
 	Env []string
-	// Options, Hostname, MaxSize, FailWithin and PeerEndpoint are as in
-	// Harness.
+	// Options, Hostname, MaxSize, FailWithin, PeerEndpoint and Auth are
+	// as in Harness.
 	Options      []byte
 	Hostname     string
 	MaxSize      int
 	FailWithin   time.Duration
 	PeerEndpoint func([]byte) []byte
+	Auth         *auth.Keyring
 }
 
 // RunModes runs the suite in every mode: "InProcess", "InMemoryGRPC" and,
 // when m.Binary is set, "Plugin".
 func RunModes(t *testing.T, m Modes) {
-	h := Harness{Options: m.Options, Hostname: m.Hostname, MaxSize: m.MaxSize, FailWithin: m.FailWithin, PeerEndpoint: m.PeerEndpoint}
+	h := Harness{Options: m.Options, Hostname: m.Hostname, MaxSize: m.MaxSize, FailWithin: m.FailWithin, PeerEndpoint: m.PeerEndpoint, Auth: m.Auth}
 	t.Run("InProcess", func(t *testing.T) {
 		h := h
 		h.New = InProcess(m.New)

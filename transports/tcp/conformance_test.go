@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
@@ -26,6 +27,25 @@ func TestConformance(t *testing.T) {
 	transporttest.RunModes(t, transporttest.Modes{
 		New:    func() plugins.Transport { return tcp.New() },
 		Binary: bin,
+	})
+}
+
+// TestConformanceAuthenticated runs the suite with authentication on
+// (every data connection proves the secret), in every mode, including
+// the Authentication test: strangers are refused.
+func TestConformanceAuthenticated(t *testing.T) {
+	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := auth.NewKeyring("conformance-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	transporttest.RunModes(t, transporttest.Modes{
+		New:    func() plugins.Transport { return tcp.New() },
+		Binary: bin,
+		Auth:   k,
 	})
 }
 

@@ -288,6 +288,10 @@ func (p *peer) dial(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: dial peer %s at %s: %v: %w", p.name, p.addr, err, plugins.ErrPeerUnreachable)
 	}
+	if err := p.t.prove(ctx, nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tcp: peer %s at %s: %w", p.name, p.addr, err)
+	}
 	return newConn(p, nc), nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/mcwire"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
@@ -90,8 +91,16 @@ func (tc *targetConn) serve() {
 	// "KVCN", a Mooncake peer's with its request header. The four bytes
 	// are read unbuffered, so a Mooncake connection's unread input stays
 	// in its socket (see mooncakeOrder).
+	if t.auth != nil && !tc.authenticate() {
+		return
+	}
 	var first [4]byte
 	if _, err := io.ReadFull(tc.nc, first[:]); err != nil {
+		return
+	}
+	if auth.IsHello(first[:]) {
+		auth.Refuse(tc.nc) // tell a client with a secret that this node has none
+		t.warn.Warn("auth-off", "tcp: refused a data connection that authenticates: this node has no auth_secret", zap.String("remote", tc.nc.RemoteAddr().String()))
 		return
 	}
 	if !mcwire.IsKVConnect(first[:]) {

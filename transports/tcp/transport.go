@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/internal/ratelog"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
@@ -49,6 +50,7 @@ type Transport struct {
 	regions regions.Table
 	order   mooncakeOrder    // v1 read-after-write across Mooncake connections
 	warn    *ratelog.Limiter // lines remote peers can trigger, rate-limited
+	auth    *auth.Keyring    // nil: authentication off
 	wg      sync.WaitGroup   // accept loop, target conns, watchdog
 	stop    chan struct{}
 }
@@ -71,7 +73,7 @@ func (t *Transport) Info(ctx context.Context) (plugins.Info, error) {
 		Name:         Name,
 		Version:      Version,
 		APIVersion:   plugins.APIVersion,
-		Capabilities: plugins.CapRead | plugins.CapWrite | plugins.CapAbsoluteAddress,
+		Capabilities: plugins.CapRead | plugins.CapWrite | plugins.CapAbsoluteAddress | plugins.CapAuthenticates,
 	}, nil
 }
 
@@ -112,7 +114,13 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		ln.Close() // Close came while Init ran
 		return plugins.InitResult{}, err
 	}
+	if req.Auth != nil && opts.Mooncake {
+		// Mooncake peers cannot authenticate.
+		opts.Mooncake = false
+		t.log.Info("tcp: Mooncake's TCP protocol is off: authentication is on and Mooncake peers cannot authenticate")
+	}
 	t.opts = opts
+	t.auth = req.Auth
 	t.ln = ln
 	t.order.listen(ln)
 	t.wg.Add(2)
@@ -123,7 +131,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 	host := advertisedHost(req.Hostname, ln.Addr().(*net.TCPAddr).IP)
 	endpoint := net.JoinHostPort(host, strconv.Itoa(port))
 	t.log.Info("tcp transport up", zap.String("listen", ln.Addr().String()), zap.String("endpoint", endpoint),
-		zap.Int("connections", opts.Connections), zap.Uint64("chunk_size", uint64(opts.ChunkSize)))
+		zap.Int("connections", opts.Connections), zap.Uint64("chunk_size", uint64(opts.ChunkSize)), zap.Stringer("auth", req.Auth))
 	return plugins.InitResult{Endpoint: []byte(endpoint), Summary: "tcp " + endpoint}, nil
 }
 
@@ -170,6 +178,9 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 	if mcAddr, v2, isMooncake, err := parseMooncakeEndpoint(info.Endpoint); isMooncake {
 		if err != nil {
 			return 0, err
+		}
+		if t.auth != nil {
+			return 0, fmt.Errorf("tcp: peer %s is a Mooncake Transfer Engine, which cannot authenticate, and this node has authentication on: %w", info.Name, plugins.ErrUnauthenticated)
 		}
 		return t.connectMooncake(ctx, info, mcAddr, v2)
 	}

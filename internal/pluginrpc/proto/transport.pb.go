@@ -138,7 +138,10 @@ type InitRequest struct {
 	// The transport's config subtree as a JSON object.
 	Options []byte `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
 	// The local address the node listens on ("" = every interface).
-	BindAddress   string `protobuf:"bytes,6,opt,name=bind_address,json=bindAddress,proto3" json:"bind_address,omitempty"`
+	BindAddress string `protobuf:"bytes,6,opt,name=bind_address,json=bindAddress,proto3" json:"bind_address,omitempty"`
+	// The node's authentication secrets (package auth), the proving one
+	// first; empty = authentication off. Never logged.
+	AuthSecrets   [][]byte `protobuf:"bytes,7,rep,name=auth_secrets,json=authSecrets,proto3" json:"auth_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +216,13 @@ func (x *InitRequest) GetBindAddress() string {
 		return x.BindAddress
 	}
 	return ""
+}
+
+func (x *InitRequest) GetAuthSecrets() [][]byte {
+	if x != nil {
+		return x.AuthSecrets
+	}
+	return nil
 }
 
 type InitResponse struct {
@@ -1161,7 +1171,7 @@ const file_transport_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x05R\n" +
 	"apiVersion\x12\"\n" +
-	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\"\xbf\x01\n" +
+	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\"\xe2\x01\n" +
 	"\vInitRequest\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x1a\n" +
@@ -1169,7 +1179,8 @@ const file_transport_proto_rawDesc = "" +
 	"\vdevice_name\x18\x04 \x01(\tR\n" +
 	"deviceName\x12\x18\n" +
 	"\aoptions\x18\x05 \x01(\fR\aoptions\x12!\n" +
-	"\fbind_address\x18\x06 \x01(\tR\vbindAddress\"D\n" +
+	"\fbind_address\x18\x06 \x01(\tR\vbindAddress\x12!\n" +
+	"\fauth_secrets\x18\a \x03(\fR\vauthSecrets\"D\n" +
 	"\fInitResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\fR\bendpoint\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\"\x8b\x01\n" +
