@@ -48,7 +48,7 @@ func (k *Keyring) Prove(rw io.ReadWriter, purpose string) error {
 	if _, err := rw.Write(h.Encode()); err != nil {
 		return fmt.Errorf("auth: sending the hello: %w", err)
 	}
-	b, err := readFull(rw, ChallengeSize, "challenge (does the peer have auth_secret set?)")
+	b, err := readFull(rw, ChallengeSize, "challenge (is authentication on at the peer? a kvconnect node without auth_secret says so; a Mooncake node cannot authenticate)")
 	if err != nil {
 		return err
 	}

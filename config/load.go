@@ -519,6 +519,8 @@ func (ld *loader) resolve() (*Loaded, error) {
 		// user asked for it (which the checker refuses).
 		if e := eff["mooncake_interop"]; e.source == "default" || e.source == "" {
 			cfg.MooncakeInterop = Bool(false)
+			e.conv, e.value, e.source = false, false, "auth ("+authSource(eff)+")"
+			eff["mooncake_interop"] = e
 			ld.note("mooncake_interop is off: auth is on (from %s) and Mooncake peers cannot authenticate", authSource(eff))
 		}
 	}

@@ -194,6 +194,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 			at.res, err = tr.Init(ictx, plugins.InitRequest{
 				Hostname: c.cfg.Hostname, Metadata: c.cfg.Metadata, Protocol: c.cfg.Protocol,
 				DeviceName: c.cfg.DeviceName, BindAddress: c.cfg.BindAddress, Options: optsJSON, Logger: c.log.Named(name),
+				Auth: c.auth,
 			})
 			cancel()
 		}
@@ -209,6 +210,10 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 		return nil, err
 	}
 	at.info = info
+	if c.auth != nil && info.Capabilities&plugins.CapAuthenticates == 0 {
+		c.log.Warn("authentication is on, but this transport does not authenticate its data connections; its peers still learn its memory keys only over the authenticated handshake (docs/SECURITY.md)",
+			zap.String("transport", name))
+	}
 	return at, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/plugins"
@@ -55,6 +56,7 @@ type Connector struct {
 	hostnameNote string
 	hostID       string
 	started      time.Time
+	auth         *auth.Keyring // nil: authentication off
 
 	// regMu orders region (de)registration with plugin restarts, so a
 	// restarted transport gets every region.
@@ -82,8 +84,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	keys, err := cfg.Keyring()
+	if err != nil {
+		return nil, err
+	}
+	if keys != nil && cfg.MooncakeInterop == nil {
+		cfg.MooncakeInterop = config.Bool(false) // Mooncake peers cannot authenticate
+		cfg.Notes = append(cfg.Notes, "mooncake_interop is off: auth is on and Mooncake peers cannot authenticate")
+	}
 	cfg = cfg.WithDefaults()
-	c := &Connector{
+	c := &Connector{auth: keys,
 		cfg: cfg, opts: o, log: o.log, started: time.Now(),
 		regions: map[RegionID]*Region{}, draining: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),

@@ -7,23 +7,42 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/kvconnect/kvconnect/auth"
 )
 
 // request sends one handshake request to session and returns the reply
 // body, as Mooncake's client does: one frame out, one frame back (of the
-// same type), then close.
-func request(ctx context.Context, session string, typ byte, body []byte, max int) ([]byte, error) {
+// same type), then close. With auth on, the exchange (package auth) runs
+// first, and a peer that cannot prove the secret gets no request.
+func (c *Connector) request(ctx context.Context, session string, typ byte, body []byte) ([]byte, error) {
+	max := c.cfg.MaxHandshakeFrame
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", session)
 	if err != nil {
 		return nil, fmt.Errorf("connector: handshake with %s: %v: %w", session, err, ErrPeerUnreachable)
 	}
 	defer nc.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	}
+	dl, _ := ctx.Deadline()
+	nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
 	defer stop()
+	if c.auth != nil {
+		if adl := time.Now().Add(auth.Timeout); dl.IsZero() || adl.Before(dl) {
+			nc.SetDeadline(adl)
+		}
+		err := c.auth.Prove(nc, auth.PurposeHandshake)
+		nc.SetDeadline(dl)
+		if ctx.Err() != nil { // cancelled meanwhile: AfterFunc's deadline must hold
+			nc.SetDeadline(time.Now())
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, handshakeIOError(ctx, session, err)
+			}
+			return nil, fmt.Errorf("connector: handshake with %s: %w", session, err)
+		}
+	}
 	if err := writeFrame(nc, typ, body); err != nil {
 		return nil, handshakeIOError(ctx, session, err)
 	}

@@ -32,7 +32,7 @@ func (c *Connector) Notify(ctx context.Context, session, name, msg string) error
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	body := marshal(requestBody{KVConnect: c.mark(), Name: name, NotifyMsg: msg})
-	rb, err := request(ctx, session, frameNotify, body, c.cfg.MaxHandshakeFrame)
+	rb, err := c.request(ctx, session, frameNotify, body)
 	if err != nil {
 		return err
 	}

@@ -182,7 +182,7 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 // connectPeer fetches session's descriptor and connects to it over the
 // first transport both sides have up.
 func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
-	body, err := request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}), c.cfg.MaxHandshakeFrame)
+	body, err := c.request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}))
 	if err != nil {
 		return SegmentDescriptor{}, nil, nil, 0, err
 	}

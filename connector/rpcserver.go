@@ -109,8 +109,12 @@ func (s *rpcServer) handle(nc net.Conn) {
 		delete(s.busy, nc)
 		s.mu.Unlock()
 	}()
-	nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	typ, body, err := readFrame(nc, s.max)
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	r, ok := s.open(nc)
+	if !ok {
+		return
+	}
+	typ, body, err := readFrame(r, s.max)
 	s.mu.Lock()
 	if _, ok := s.conns[nc]; !ok && s.busy != nil {
 		s.mu.Unlock()

@@ -1,5 +1,7 @@
 package connector
 
+import "github.com/kvconnect/kvconnect/plugins"
+
 // TransportStatus describes one transport the node has up.
 type TransportStatus struct {
 	Name      string `json:"name"`
@@ -10,6 +12,9 @@ type TransportStatus struct {
 	Healthy   bool   `json:"healthy"`
 	Problem   string `json:"problem,omitempty"`
 	Restarts  int    `json:"restarts,omitempty"` // plugin restarts after crashes
+	// Authenticates: with auth on, the transport proves the secret on
+	// each of its data connections (plugins.CapAuthenticates).
+	Authenticates bool `json:"authenticates,omitempty"`
 }
 
 // Status describes a running connector.
@@ -34,6 +39,9 @@ type Status struct {
 	// (MC_FORCE_TCP=1 forcing protocol tcp, say) and how the hostname was
 	// chosen when it was not set.
 	Notes []string `json:"notes,omitempty"`
+	// Auth is "auth off", or which key the node proves itself with and
+	// how many it accepts (never a secret).
+	Auth string `json:"auth"`
 }
 
 // Status reports the transports up, how the chain got there and health.
@@ -45,7 +53,7 @@ func (c *Connector) Status() Status {
 		Session: c.session, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
 		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
-		Notes: append([]string(nil), c.cfg.Notes...),
+		Notes: append([]string(nil), c.cfg.Notes...), Auth: c.auth.String(),
 	}
 	if c.hostnameNote != "" {
 		s.Notes = append(s.Notes, c.hostnameNote)
@@ -54,7 +62,8 @@ func (c *Connector) Status() Status {
 		s.PluginPID, s.Plugin = p.plugin.Pid(), p.plugin.Path()
 	}
 	for _, at := range c.transports {
-		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil, Restarts: at.restarts}
+		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil, Restarts: at.restarts,
+			Authenticates: c.auth != nil && at.info.Capabilities&plugins.CapAuthenticates != 0}
 		if at.plugin != nil {
 			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
 		}

@@ -101,7 +101,7 @@ func (p *Peer) probeUntilAnswered() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), peerProbeTimeout)
-		_, err := request(ctx, p.session, frameProbe, marshal(requestBody{KVConnect: c.mark()}), c.cfg.MaxHandshakeFrame)
+		_, err := c.request(ctx, p.session, frameProbe, marshal(requestBody{KVConnect: c.mark()}))
 		cancel()
 		if err != nil {
 			continue

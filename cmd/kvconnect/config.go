@@ -270,6 +270,9 @@ func showAny(v any) string {
 	if s, ok := v.(string); ok {
 		return fmt.Sprintf("%q", s)
 	}
+	if s, ok := v.(fmt.Stringer); ok {
+		return s.String() // auth.Secret: <redacted>
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Sprint(v)

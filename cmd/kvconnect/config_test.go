@@ -48,7 +48,7 @@ func TestConfigShowSources(t *testing.T) {
 		`(?m)^KEY\s+VALUE\s+SOURCE$`,
 		`(?m)^protocol\s+tcp\s+env MOONCAKE_PROTOCOL$`,
 		`(?m)^rpc_port\s+15001\s+file kvconnect.yaml$`,
-		`(?m)^hostname\s+127\.0\.0\.1\s+default$`,
+		`(?m)^hostname\s+""\s+default$`,
 		`(?m)^fallback\s+\(default chain for the protocol\)\s+default$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {

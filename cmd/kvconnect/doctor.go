@@ -55,6 +55,9 @@ type DoctorHost struct {
 	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
 	MemlockMax uint64   `json:"memlock_hard_bytes"`
 	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
+	// Auth says whether peers must authenticate, and with which key (never
+	// a secret).
+	Auth string `json:"auth"`
 	// HostnameFrom says how the hostname was chosen when it was not set.
 	HostnameFrom string   `json:"hostname_from,omitempty"`
 	Warnings     []string `json:"warnings"`
@@ -176,6 +179,12 @@ func probeHost(cfg connector.Config) DoctorHost {
 	if h.Hostname == "" {
 		h.Hostname, h.HostnameFrom = connector.OutwardAddress()
 	}
+	if k, err := cfg.Keyring(); err != nil {
+		h.Auth = "error"
+		h.Errors = append(h.Errors, err.Error())
+	} else {
+		h.Auth = k.String()
+	}
 	addrs, err := net.LookupHost(h.Hostname)
 	if err != nil {
 		h.Errors = append(h.Errors, fmt.Sprintf("hostname %q does not resolve (%v): a node would not start (peers could not reach it); set hostname to this host's IP, or leave it empty for the outward address", h.Hostname, err))
@@ -278,6 +287,7 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 	} else {
 		fmt.Fprintf(w, "  rpc_port %d: NOT bindable: %s\n", h.RPCPort, h.RPCPortErr)
 	}
+	fmt.Fprintf(w, "  peer authentication: %s\n", h.Auth)
 	fmt.Fprintf(w, "  /dev/shm: %s free of %s\n", units.HumanSize(h.ShmFree), units.HumanSize(h.ShmTotal))
 	fmt.Fprintf(w, "  memlock: %s (hard %s)", limit(h.MemlockCur), limit(h.MemlockMax))
 	if h.CapIPCLock {
