@@ -24,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Protocol != "tcp" || cfg.RPCPort != 15001 || cfg.EngineID != "embedded" || cfg.Hostname == "" {
+	if cfg.Protocol != "tcp" || cfg.RPCPort != 15001 || cfg.EngineID != "embedded" || cfg.Hostname != "" {
 		t.Errorf("LoadConfig = %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -32,18 +32,21 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	_, err = connector.LoadConfig(connector.LoadOptions{
-		Base:    &connector.Config{Protocol: "rdam", BufferDevice: "cuda"},
+		Base:    &connector.Config{Protocol: "rdam", BufferDevice: "tpu"},
 		Environ: []string{},
 	})
-	if !errors.Is(err, connector.ErrInvalidArgument) || !errors.Is(err, connector.ErrNotSupported) {
-		t.Errorf("error %v: want both ErrInvalidArgument and ErrNotSupported", err)
+	if !errors.Is(err, connector.ErrInvalidArgument) {
+		t.Errorf("error %v: want ErrInvalidArgument", err)
 	}
-	ps := config.Problems(err)
-	if len(ps) != 2 || ps[0].Key != "protocol" || ps[0].Suggestion != "rdma" || ps[0].Source != "code" || ps[1].Key != "buffer_device" {
-		t.Errorf("problems %v", ps)
+	byKey := map[string]*config.Problem{}
+	for _, p := range config.Problems(err) {
+		byKey[p.Key] = p
+	}
+	if p := byKey["protocol"]; len(byKey) != 2 || p == nil || p.Suggestion != "rdma" || p.Source != "code" || byKey["buffer_device"] == nil {
+		t.Errorf("problems %v", config.Problems(err))
 	}
 	var p *connector.ConfigProblem
-	if !errors.As(err, &p) || p.Key != "protocol" {
+	if !errors.As(err, &p) || byKey[p.Key] == nil {
 		t.Errorf("errors.As: %v", p)
 	}
 }
