@@ -1,75 +1,24 @@
 package connector_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
-	"github.com/kvconnect/kvconnect/internal/testbin"
 	"go.uber.org/zap/zaptest"
 )
-
-// servePeer starts `kvconnect serve` in its own process group (so a
-// signal to the group reaches its plugins too) and returns its session
-// and process group id.
-func servePeer(t *testing.T, args ...string) (session string, pgid int) {
-	t.Helper()
-	cli, err := testbin.Build("./cmd/kvconnect", "kvconnect")
-	if err != nil {
-		t.Fatal(err)
-	}
-	args = append([]string{"serve", "--alloc", "1MiB", "--plugin-dir", pluginDir(t), "--log-level", "warn"}, args...)
-	cmd := exec.Command(cli, args...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pgid = cmd.Process.Pid
-	t.Cleanup(func() {
-		syscall.Kill(-pgid, syscall.SIGCONT)
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	var st struct {
-		Session string `json:"session"`
-	}
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() {
-		t.Fatalf("the peer printed no status (exit: %v)", cmd.Wait())
-	}
-	if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
-		t.Fatalf("peer status %q: %v", sc.Text(), err)
-	}
-	return st.Session, pgid
-}
 
 // TestStoppedPeerBecomesSuspect: a peer that stops answering (SIGSTOP, as
 // a hung process or a host behind a dead link) costs one batch its
 // transfer_timeout; later batches to it fail at once saying why, and once
 // it answers again (SIGCONT) batches over the same Peer work again.
 func TestStoppedPeerBecomesSuspect(t *testing.T) {
-	session, pgid := servePeer(t)
+	n := serve(t, nil)
+	session, pgid := n.Session, n.PGID
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 2 * time.Second}
 	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
 	if err != nil {
