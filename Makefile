@@ -87,6 +87,18 @@ test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
+## soak: nodes moving verified blocks without pause for SOAK_DURATION (default 30m) while
+## faults are injected at random (plugin kills, peer restarts and hangs, link cuts, hostile
+## connections); prints the report (and writes it to SOAK_REPORT); fails on any corrupted
+## block, leak or unrecovered target
+SOAK_DURATION ?= 30m
+SOAK_TIMEOUT ?= 3h
+SOAK_REPORT ?= soak-report.md
+.PHONY: soak
+soak: build
+	set -o pipefail; $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./internal/soak \
+		-args -soak.duration=$(SOAK_DURATION) -soak.report=$(CURDIR)/$(SOAK_REPORT) | grep -v '^=== RUN'
+
 ## test-short: the tests without the race detector
 test-short: build
 	$(GO) test -count=1 ./...

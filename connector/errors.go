@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/kvconnect/kvconnect/errdefs"
@@ -26,8 +25,8 @@ var (
 	ErrUnauthenticated  = errdefs.ErrUnauthenticated
 
 	// ErrNoCommonTransport means the peer has none of the transports this
-	// node has up (Mooncake's NotSupportedTransport).
-	ErrNoCommonTransport = errors.New("no transport in common with the peer")
+	// node has up.
+	ErrNoCommonTransport = errdefs.ErrNoCommonTransport
 )
 
 // BatchError reports a batch in which some ops failed. It unwraps to the

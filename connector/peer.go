@@ -201,6 +201,9 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 	if d.IsMooncake() && !c.mooncake() {
 		return d, nil, nil, 0, fmt.Errorf("connector: peer %s is a Mooncake Transfer Engine node, and mooncake_interop is off on this node: %w", session, ErrNoCommonTransport)
 	}
+	if !d.IsMooncake() && len(theirs) == 0 {
+		return d, nil, nil, 0, fmt.Errorf("connector: peer %s has no transport up right now (its transport plugin may be restarting after a crash): %w", session, ErrPeerUnreachable)
+	}
 	at, ep := c.pickTransport(&d, theirs)
 	if at == nil {
 		var down error

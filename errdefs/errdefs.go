@@ -59,6 +59,9 @@ var (
 	// ErrUnauthenticated means a peer did not prove it knows the shared
 	// secret (or this node could not prove it to the peer).
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrNoCommonTransport means the peer has none of the transports this
+	// node has up (Mooncake's NotSupportedTransport).
+	ErrNoCommonTransport = errors.New("no transport in common with the peer")
 	// ErrInternal is a bug: an invariant was broken.
 	ErrInternal = errors.New("internal error")
 )
@@ -86,6 +89,7 @@ var kinds = [...]struct {
 	{"plugin_start", ErrPluginStart},
 	{"handshake", ErrHandshake},
 	{"unauthenticated", ErrUnauthenticated},
+	{"no_common_transport", ErrNoCommonTransport},
 	{"internal", ErrInternal},
 }
 
