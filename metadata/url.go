@@ -57,6 +57,20 @@ type Target struct {
 	HasDB bool
 }
 
+// ParseError is a connection string Parse rejects. It wraps
+// errdefs.ErrInvalidArgument.
+type ParseError struct {
+	Value  string // the string, password hidden
+	Reason string // what is wrong with it
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("metadata: %v: connection string %q: %s; want %s", errdefs.ErrInvalidArgument, e.Value, e.Reason, Allowed)
+}
+
+// Unwrap returns errdefs.ErrInvalidArgument.
+func (e *ParseError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
 // IsP2P says whether s is the P2P handshake mode (no metadata service).
 func IsP2P(s string) bool { return strings.TrimSpace(s) == P2P }
 
@@ -66,13 +80,13 @@ func IsP2P(s string) bool { return strings.TrimSpace(s) == P2P }
 // HTTP metadata protocol; the whole string is the URL prefix),
 // redis://[user:password@]host[:port][/db] and rediss:// (TLS). Errors
 // wrap errdefs.ErrInvalidArgument and name the value and what is allowed.
-// P2PHANDSHAKE is not a service and is an error here (see IsP2P).
+// P2PHANDSHAKE is not a service and is an error here (see IsP2P). Errors
+// are *ParseError.
 func Parse(s string) (Target, error) {
 	raw := s
 	s = strings.TrimSpace(s)
 	bad := func(reason string) (Target, error) {
-		return Target{}, fmt.Errorf("metadata: %w: connection string %q: %s; want %s",
-			errdefs.ErrInvalidArgument, redactString(raw), reason, Allowed)
+		return Target{}, &ParseError{Value: redactString(raw), Reason: reason}
 	}
 	switch {
 	case s == "":
@@ -287,6 +301,11 @@ func (t Target) format(redact bool) string {
 	}
 	return ""
 }
+
+// Redact hides the password of a connection string
+// (redis://:xxxxx@host), for logs and error texts; it does not need to
+// parse.
+func Redact(s string) string { return redactString(s) }
 
 // redactString hides the password of a URL-like connection string for
 // error texts; strings that do not parse are returned as they are.
