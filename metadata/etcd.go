@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -21,29 +20,21 @@ import (
 	"github.com/kvconnect/kvconnect/errdefs"
 )
 
-// etcdService is the etcd backend. The cache mirrors every key under the
-// cluster prefix: listed at Open, then kept current by one prefix watch
-// (re-listed when the watch is compacted away or canceled). This node's
-// keys are put under one lease that a supervisor renews every TTL/3 with
-// KeepAliveOnce; a lease etcd no longer knows is granted again and the
-// keys are put again.
+// etcdService is the etcd backend. A resolved key is cached and watched
+// (one watch per key, from the revision it was read at), so later resolves
+// cost no request and its deletion is seen at once; a key never resolved
+// costs nothing, so publishing stays cheap however many nodes there are.
+// This node's keys are put under one lease that a supervisor renews every
+// TTL/3 with KeepAliveOnce; a lease etcd no longer knows is granted again
+// and the keys are put again.
 type etcdService struct {
 	*core
 	cli    *clientv3.Client
 	ctx    context.Context // background work; canceled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	pubMu  sync.Mutex // serializes lease grants and puts of published keys
+	wg     sync.WaitGroup // the supervisor and every key's watch
+	pubMu  sync.Mutex     // serializes lease grants and puts of published keys
 	kick   chan struct{}
-
-	// tombstones remembers recent deletes (key -> revision, time) so a
-	// read that raced the watch does not bring a deleted key back.
-	tombstones map[string]tombstone
-}
-
-type tombstone struct {
-	rev int64
-	at  time.Time
 }
 
 var _ Service = (*etcdService)(nil)
@@ -74,18 +65,23 @@ func openEtcd(ctx context.Context, s *settings) (Service, error) {
 		return nil, etcdOpenError(s, err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	e := &etcdService{core: newCore(s), cli: cli, ctx: bg, cancel: cancel, kick: make(chan struct{}, 1),
-		tombstones: map[string]tombstone{}}
-	rev, err := e.list(ctx)
+	e := &etcdService{core: newCore(s), cli: cli, ctx: bg, cancel: cancel, kick: make(chan struct{}, 1)}
+	// A count of the prefix proves etcd answers, the credentials work and
+	// the user may read the prefix.
+	var resp *clientv3.GetResponse
+	err = e.request(ctx, "count "+s.keys.Prefix(), etcdTransient, func(ctx context.Context) error {
+		var err error
+		resp, err = cli.Get(ctx, s.keys.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
 		cancel()
 		cli.Close()
 		return nil, etcdOpenError(s, err)
 	}
-	e.wg.Add(2)
-	go e.watch(rev)
+	e.wg.Add(1)
 	go e.supervise()
-	s.log.Debug("connected", zap.Int64("revision", rev), zap.Int("keys", e.status().Cached))
+	s.log.Debug("connected", zap.Int64("revision", resp.Header.Revision), zap.Int64("keys", resp.Count))
 	return e, nil
 }
 
@@ -225,119 +221,8 @@ func (e *etcdService) wrapEtcd(what, key string, err error) error {
 	return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v", sentinel, strings.Join(e.target.Endpoints, ","), what, key, err)
 }
 
-// list reads every key under the prefix at one revision, replaces the
-// cache with them (reporting keys that vanished as gone) and returns the
-// revision.
-func (e *etcdService) list(ctx context.Context) (int64, error) {
-	prefix := e.keys.Prefix()
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	key, rev := prefix, int64(0)
-	got := map[string]*mvccpb.KeyValue{}
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		var resp *clientv3.GetResponse
-		err := e.request(ctx, "list "+prefix, etcdTransient, func(ctx context.Context) error {
-			var err error
-			resp, err = e.cli.Get(ctx, key, opts...)
-			return err
-		})
-		if err != nil {
-			return 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			got[string(kv.Key)] = kv
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k := range e.cache {
-		if _, ok := got[k]; !ok {
-			e.dropLocked(k)
-		}
-	}
-	for k, kv := range got {
-		if old, ok := e.cache[k]; ok && old.rev == kv.ModRevision {
-			continue
-		}
-		e.storeLocked(k, kv.Value, kv.ModRevision)
-	}
-	return rev, nil
-}
-
-// watch applies the prefix watch to the cache until Close; it re-lists
-// and watches again when the watch ends (compaction, cancellation).
-func (e *etcdService) watch(rev int64) {
-	defer e.wg.Done()
-	bo := newBackoff(e.renew)
-	for e.ctx.Err() == nil {
-		wch := e.cli.Watch(e.ctx, e.keys.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		for resp := range wch {
-			if err := resp.Err(); err != nil || resp.Canceled {
-				if err == nil {
-					err = errors.New("watch canceled")
-				}
-				if e.ctx.Err() == nil {
-					e.markFailed("watch "+e.keys.Prefix(), err, false)
-					e.log.Debug("watch ended; listing again", zap.Error(err), zap.Int64("compact_revision", resp.CompactRevision))
-				}
-				break
-			}
-			e.apply(resp.Events)
-			rev = max(rev, resp.Header.Revision)
-		}
-		for e.ctx.Err() == nil {
-			r, err := e.list(e.ctx)
-			if err == nil {
-				rev = r
-				bo.reset()
-				break
-			}
-			if !sleep(e.ctx, bo.delay()) {
-				return
-			}
-		}
-	}
-}
-
-// apply updates the cache from watch events.
-func (e *etcdService) apply(events []*clientv3.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := time.Now()
-	for _, ev := range events {
-		k := string(ev.Kv.Key)
-		switch ev.Type {
-		case clientv3.EventTypePut:
-			if old, ok := e.cache[k]; ok && old.rev > ev.Kv.ModRevision {
-				continue
-			}
-			delete(e.tombstones, k)
-			e.storeLocked(k, ev.Kv.Value, ev.Kv.ModRevision)
-		case clientv3.EventTypeDelete:
-			e.tombstones[k] = tombstone{rev: ev.Kv.ModRevision, at: now}
-			e.dropLocked(k)
-		}
-	}
-	// Forget tombstones older than any read still in flight can be.
-	for k, t := range e.tombstones {
-		if now.Sub(t.at) > 2*e.ConnectTimeout {
-			delete(e.tombstones, k)
-		}
-	}
-}
-
-// fetch reads a key the cache does not hold (the watch may lag behind a
-// node that just published) and caches it. nil, nil: no such key.
+// fetch reads a key the cache does not hold, caches it and watches it.
+// nil, nil: no such key.
 func (e *etcdService) fetch(ctx context.Context, key string) ([]byte, error) {
 	var resp *clientv3.GetResponse
 	err := e.request(ctx, "get "+key, etcdTransient, func(ctx context.Context) error {
@@ -354,17 +239,87 @@ func (e *etcdService) fetch(ctx context.Context, key string) ([]byte, error) {
 	kv := resp.Kvs[0]
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.tombstones[key]; ok && t.rev > kv.ModRevision {
-		return nil, nil // deleted after this read
-	}
 	en, ok := e.cache[key]
-	if !ok || en.rev < kv.ModRevision {
+	switch {
+	case !ok:
 		en = e.storeLocked(key, kv.Value, kv.ModRevision)
+		if !e.closed { // Close waits for the watches it knows of
+			e.wg.Add(1)
+			go e.watchKey(key, resp.Header.Revision)
+		}
+	case en.rev < kv.ModRevision: // its watch would bring it too
+		e.storeLocked(key, kv.Value, kv.ModRevision)
 	}
 	if en.err != nil {
 		return nil, en.err
 	}
 	return append([]byte(nil), en.value...), nil
+}
+
+// watchKey keeps a cached key current from revision rev+1 until it is
+// deleted (reported gone) or Close. When the watch ends otherwise
+// (compaction, cancellation) the key is read again and watched from there.
+func (e *etcdService) watchKey(key string, rev int64) {
+	defer e.wg.Done()
+	bo := newBackoff(e.renew)
+	for e.ctx.Err() == nil {
+		for resp := range e.cli.Watch(e.ctx, key, clientv3.WithRev(rev+1)) {
+			if err := resp.Err(); err != nil || resp.Canceled {
+				if err == nil {
+					err = errors.New("watch canceled")
+				}
+				if e.ctx.Err() == nil {
+					e.log.Debug("watch ended; reading the key again", zap.String("key", key), zap.Error(err))
+				}
+				break
+			}
+			if e.apply(key, resp.Events) {
+				return
+			}
+			rev = max(rev, resp.Header.Revision)
+		}
+		for e.ctx.Err() == nil { // read it again, then watch from there
+			var resp *clientv3.GetResponse
+			err := e.request(e.ctx, "get "+key, etcdTransient, func(ctx context.Context) error {
+				var err error
+				resp, err = e.cli.Get(ctx, key)
+				return err
+			})
+			if err == nil {
+				if len(resp.Kvs) == 0 {
+					e.mu.Lock()
+					e.dropLocked(key)
+					e.mu.Unlock()
+					return
+				}
+				e.apply(key, []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: resp.Kvs[0]}})
+				rev = resp.Header.Revision
+				break
+			}
+			if !sleep(e.ctx, bo.delay()) {
+				return
+			}
+		}
+	}
+}
+
+// apply updates the cache from a key's events; true when it was deleted.
+func (e *etcdService) apply(key string, events []*clientv3.Event) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range events {
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			if old, ok := e.cache[key]; ok && old.rev >= ev.Kv.ModRevision {
+				continue
+			}
+			e.storeLocked(key, ev.Kv.Value, ev.Kv.ModRevision)
+		case clientv3.EventTypeDelete:
+			e.dropLocked(key)
+			return true
+		}
+	}
+	return false
 }
 
 // Resolve implements Service.

@@ -51,12 +51,12 @@ type Service interface {
 	// when the service is reachable again, until Close.
 	Publish(ctx context.Context, segment string, descriptor []byte, rpc RPCLocation) error
 
-	// Resolve returns segment's descriptor, as stored. etcd: answered from
-	// a cache of every key of the cluster kept current by a prefix watch,
-	// so a resolve costs no request once the key was seen (a key not in
-	// the cache is read from etcd, in case the watch lags). Redis and
-	// HTTP: the first resolve reads the key; the cache then answers and is
-	// re-read every RefreshInterval, so a descriptor is at most that old.
+	// Resolve returns segment's descriptor, as stored. The first resolve
+	// of a segment reads its key; the cache answers every later one
+	// without a request. etcd: the key is then watched, so the cache
+	// follows every change and Gone fires when the key is deleted or its
+	// lease expires. Redis and HTTP: cached keys are re-read every
+	// RefreshInterval, so a descriptor is at most that old.
 	//
 	// A missing key is an error wrapping errdefs.ErrUnknownPeer naming the
 	// key; a value that is not a descriptor (not a JSON object with a
