@@ -64,7 +64,7 @@ func openEtcd(ctx context.Context, s *settings) (Service, error) {
 	if err != nil {
 		return nil, etcdOpenError(s, err)
 	}
-	bg, cancel := context.WithCancel(context.Background())
+	bg, cancel := background()
 	e := &etcdService{core: newCore(s), cli: cli, ctx: bg, cancel: cancel, kick: make(chan struct{}, 1)}
 	// A count of the prefix proves etcd answers, the credentials work and
 	// the user may read the prefix.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,10 @@ func (h *httpKV) do(ctx context.Context, method, key string, body []byte, ttl ti
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) { // the URL is named by wrap
+			err = cleanDialError(ue.Err)
+		}
 		return 0, nil, err
 	}
 	defer resp.Body.Close()

@@ -398,7 +398,12 @@ func (c *core) resolveValue(ctx context.Context, segment string, k kind,
 // counts it, and tracks the connection state: a transient failure marks
 // the service lost (logged once), a success marks it back.
 func (c *core) request(ctx context.Context, what string, transient func(error) bool, f func(ctx context.Context) error) error {
-	rctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+	timeout := c.ConnectTimeout
+	if ctx.Value(backgroundKey{}) != nil {
+		// Renewals must fail in time to retry before the keys expire.
+		timeout = max(min(timeout, c.renew), 100*time.Millisecond)
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c.stats.requests.Add(1)
 	err := f(rctx)
@@ -412,6 +417,16 @@ func (c *core) request(ctx context.Context, what string, transient func(error) b
 	}
 	c.markFailed(what, err, transient(err))
 	return err
+}
+
+// backgroundKey marks the context of the background work, whose requests
+// are bounded by TTL/3 as well as ConnectTimeout.
+type backgroundKey struct{}
+
+// background returns the context of a Service's background work: canceled
+// by Close.
+func background() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.WithValue(context.Background(), backgroundKey{}, true))
 }
 
 // markOK records that the service answered.

@@ -49,7 +49,7 @@ type ttlService struct {
 var _ Service = (*ttlService)(nil)
 
 func newTTLService(s *settings, kv kvBackend) *ttlService {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := background()
 	t := &ttlService{core: newCore(s), kv: kv, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1)}
 	t.wg.Add(1)
 	go t.run()
