@@ -42,9 +42,10 @@ type Config struct {
 	MetadataTTL time.Duration `koanf:"metadata_ttl" json:"metadata_ttl"`
 	// MetadataUsername and MetadataPassword authenticate to the metadata
 	// service (etcd user, Redis ACL user and password, HTTP basic auth).
-	// The password is never printed (not even in JSON).
-	MetadataUsername string `koanf:"metadata_username" json:"metadata_username,omitempty"`
-	MetadataPassword string `koanf:"metadata_password" json:"-"`
+	// The password is a metadata.Secret: fmt prints it as (hidden), JSON
+	// leaves it out.
+	MetadataUsername string          `koanf:"metadata_username" json:"metadata_username,omitempty"`
+	MetadataPassword metadata.Secret `koanf:"metadata_password" json:"-"`
 	// MetadataRedisDB is the Redis database index (MC_REDIS_DB_INDEX).
 	MetadataRedisDB int `koanf:"metadata_redis_db" json:"metadata_redis_db,omitempty"`
 	// MetadataCAFile, MetadataCertFile and MetadataKeyFile are PEM files:

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -86,13 +88,17 @@ func TestMetadataOptions(t *testing.T) {
 	if _, ok := (Config{}).MetadataOptions(nil); ok {
 		t.Error("P2PHANDSHAKE has a metadata service")
 	}
-	c := Config{Metadata: "etcd://h:1", MetadataClusterID: "prod", MetadataUsername: "u", MetadataPassword: "p",
+	c := Config{Metadata: "etcd://h:1", MetadataClusterID: "prod", MetadataUsername: "u", MetadataPassword: "s3cret",
 		MetadataRedisDB: 2, MetadataCAFile: "ca", MetadataCertFile: "c", MetadataKeyFile: "k", ConnectTimeout: 3 * time.Second}
 	o, ok := c.MetadataOptions(nil)
 	want := metadata.Options{URL: "etcd://h:1", ClusterID: "prod", TTL: DefaultMetadataTTL, ConnectTimeout: 3 * time.Second,
-		Username: "u", Password: "p", RedisDB: 2, TLS: metadata.TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"}}
-	if !ok || !reflect.DeepEqual(o, want) {
+		Username: "u", Password: "s3cret", RedisDB: 2, TLS: metadata.TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"}}
+	if !ok || !reflect.DeepEqual(o, want) || string(o.Password) != "s3cret" {
 		t.Errorf("MetadataOptions = %+v, %v\nwant %+v", o, ok, want)
+	}
+	js, _ := json.Marshal(c)
+	if out := fmt.Sprintf("%v %+v %#v %v %+v %s", c, c, c, o, o, js); strings.Contains(out, "s3cret") {
+		t.Errorf("printing the config shows the password: %s", out)
 	}
 }
 

@@ -57,7 +57,7 @@ func openEtcd(ctx context.Context, s *settings) (Service, error) {
 		DialTimeout: time.Until(deadline),
 		TLS:         tlsCfg,
 		Username:    s.Username,
-		Password:    s.Password,
+		Password:    string(s.Password),
 		Logger:      zap.NewNop(), // it logs every retry; this package logs state changes once
 		Context:     context.Background(),
 	})
@@ -388,9 +388,12 @@ func (e *etcdService) putAll(ctx context.Context, kvs []kvPair) error {
 // with pubMu held.
 func (e *etcdService) lease(ctx context.Context) (clientv3.LeaseID, error) {
 	e.mu.Lock()
-	id := clientv3.LeaseID(e.leaseID)
+	id, closed := clientv3.LeaseID(e.leaseID), e.closed
 	e.mu.Unlock()
-	if id != 0 {
+	switch {
+	case closed: // Close revoked it, or is about to: no new one
+		return 0, e.errClosed()
+	case id != 0:
 		return id, nil
 	}
 	ttl := int64((e.TTL + time.Second - 1) / time.Second)
@@ -548,10 +551,14 @@ func (e *etcdService) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.mu.Lock()
 		e.closed = true
-		lease := clientv3.LeaseID(e.leaseID)
 		e.mu.Unlock()
 		e.cancel()
 		e.wg.Wait()
+		e.pubMu.Lock() // a Publish in flight finishes first; later ones fail
+		defer e.pubMu.Unlock()
+		e.mu.Lock()
+		lease := clientv3.LeaseID(e.leaseID)
+		e.mu.Unlock()
 		if lease != 0 {
 			err := e.request(ctx, "revoke lease", etcdTransient, func(ctx context.Context) error {
 				_, err := e.cli.Revoke(ctx, lease)

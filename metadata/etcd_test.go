@@ -371,7 +371,7 @@ func TestEtcdAuth(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrUnauthenticated) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrUnauthenticated saying %q", tt.name, err, tt.want)
 		}
-		if err != nil && strings.Contains(err.Error(), tt.o.Password) && tt.o.Password != "" {
+		if err != nil && strings.Contains(err.Error(), string(tt.o.Password)) && tt.o.Password != "" {
 			t.Errorf("%s: the error shows the password: %v", tt.name, err)
 		}
 	}

@@ -118,7 +118,7 @@ func TestHelperNode(t *testing.T) {
 		t.Skip("helper process for the node-killed tests")
 	}
 	s, err := Open(context.Background(), Options{URL: os.Getenv(envHelperURL), TTL: time.Second,
-		Password: os.Getenv(envHelperPwd), ConnectTimeout: 5 * time.Second})
+		Password: Secret(os.Getenv(envHelperPwd)), ConnectTimeout: 5 * time.Second})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(2)

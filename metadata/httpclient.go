@@ -62,7 +62,7 @@ func openHTTP(ctx context.Context, s *settings) (Service, error) {
 			errdefs.ErrInvalidArgument, s.target)
 	}
 	kv := &httpKV{url: s.target.URL, client: &http.Client{Transport: tr, Timeout: s.ConnectTimeout},
-		user: s.Username, pass: s.Password}
+		user: s.Username, pass: string(s.Password)}
 	if err := kv.probe(ctx, s); err != nil {
 		tr.CloseIdleConnections()
 		return nil, err

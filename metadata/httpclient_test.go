@@ -3,6 +3,7 @@ package metadata
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testservers"
 )
 
 // metaServer is a kvconnect HTTP metadata server on a fixed loopback
@@ -272,4 +276,50 @@ func TestServiceConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestPublishRacingClose: publishes racing Close either finish before it
+// (and Close removes their keys) or fail with ErrClosed; no key survives.
+func TestPublishRacingClose(t *testing.T) {
+	noLeaks(t)
+	e := testservers.StartEtcd(t, testservers.EtcdOptions{})
+	cli := e.Client(t)
+	m := startMetaServer(t, ServerOptions{})
+	for _, url := range []string{e.URL(), m.url()} {
+		s, err := Open(ctxT(t), Options{URL: url, ConnectTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					seg := fmt.Sprintf("n%d-%d", w, i)
+					err := s.Publish(ctxT(t), seg, descriptor(seg, 1), rpcOf(15001))
+					if errors.Is(err, errdefs.ErrClosed) {
+						return
+					}
+					if err != nil {
+						t.Errorf("%s: %v", url, err)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := s.Close(ctxT(t)); err != nil {
+			t.Errorf("%s: Close: %v", url, err)
+		}
+		wg.Wait()
+		if url == e.URL() {
+			resp, err := cli.Get(ctxT(t), "mooncake/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil || resp.Count != 0 {
+				t.Errorf("etcd: %d keys left after Close (%v)", resp.Count, err)
+			}
+		} else if n := m.srv.Stats().Entries; n != 0 {
+			t.Errorf("http: %d entries left after Close", n)
+		}
+	}
 }

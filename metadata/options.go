@@ -3,8 +3,10 @@ package metadata
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,9 +44,10 @@ type Options struct {
 	RefreshInterval time.Duration
 	// Username and Password authenticate: etcd's user and password, the
 	// Redis ACL user and password (Mooncake's MC_REDIS_PASSWORD), HTTP
-	// basic authentication. Credentials in the URL win when these are
+	// basic authentication. Credentials in the URL count when these are
 	// empty; both set and different is an error.
-	Username, Password string
+	Username string
+	Password Secret
 	// RedisDB is the Redis database index (Mooncake's MC_REDIS_DB_INDEX);
 	// a /db in the URL means the same.
 	RedisDB int
@@ -56,6 +59,25 @@ type Options struct {
 	// each, not per retry. nil logs nothing.
 	Log *zap.Logger
 }
+
+// Secret is a string that does not print: fmt shows "(hidden)" (""
+// when empty) and JSON "(hidden)", so logging a struct that holds one does
+// not leak it. string(s) is the secret itself.
+type Secret string
+
+// String returns "(hidden)", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "(hidden)"
+}
+
+// GoString is String for %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// MarshalJSON encodes String.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // TLSFiles names PEM files.
 type TLSFiles struct {
@@ -139,8 +161,8 @@ func resolveOptions(o Options) (*settings, error) {
 	}
 	switch {
 	case o.Password == "":
-		o.Password = t.Password
-	case t.Password != "" && t.Password != o.Password:
+		o.Password = Secret(t.Password)
+	case t.Password != "" && t.Password != string(o.Password):
 		return bad("the password in the URL and the one in the options differ")
 	}
 	if t.HasDB {

@@ -24,7 +24,7 @@ type redisKV struct {
 func openRedis(ctx context.Context, s *settings) (Service, error) {
 	addr := s.target.Endpoints[0]
 	opt := &redis.Options{
-		Addr: addr, Username: s.Username, Password: s.Password, DB: s.RedisDB,
+		Addr: addr, Username: s.Username, Password: string(s.Password), DB: s.RedisDB,
 		DialTimeout: s.ConnectTimeout, ReadTimeout: s.ConnectTimeout, WriteTimeout: s.ConnectTimeout,
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,

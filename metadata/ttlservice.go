@@ -68,6 +68,12 @@ func (t *ttlService) Publish(ctx context.Context, segment string, descriptor []b
 	}
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed { // Close deleted the keys, or is about to
+		return t.errClosed()
+	}
 	key := t.keys.Segment(segment)
 	err = t.request(ctx, "put "+key, t.kv.transient, func(ctx context.Context) error {
 		return t.kv.put(ctx, []kvPair{{key, p.descriptor}, {t.keys.RPC(segment), p.rpc}}, t.TTL)
@@ -250,6 +256,8 @@ func (t *ttlService) Close(ctx context.Context) error {
 		t.mu.Unlock()
 		t.cancel()
 		t.wg.Wait()
+		t.pubMu.Lock() // a Publish in flight finishes first; later ones fail
+		defer t.pubMu.Unlock()
 		var keys []string
 		for _, kv := range t.publishedKVs() {
 			keys = append(keys, kv.key)
