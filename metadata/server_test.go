@@ -203,3 +203,39 @@ func TestServerConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzServer sends arbitrary requests (method, raw query, TTL header,
+// body) to the server: it must answer with a status it documents, never
+// panic, and a PUT that succeeded must be readable back unchanged.
+func FuzzServer(f *testing.F) {
+	f.Add("PUT", "key=mooncake%2Fram%2Fa", "10s", []byte(`{"name":"a"}`))
+	f.Add("GET", "key=a&key=b", "", []byte(nil))
+	f.Add("DELETE", "key=%zz", "", []byte(nil))
+	f.Add("PUT", "key=x", "-1s", []byte(`[]`))
+	f.Add("PATCH", "", "", []byte("{"))
+	s := NewServer(ServerOptions{MaxBody: 1 << 10})
+	f.Fuzz(func(t *testing.T, method, query, ttl string, body []byte) {
+		req, err := http.NewRequest(method, "http://meta/metadata?"+query, strings.NewReader(string(body)))
+		if err != nil {
+			return // not a request a client could send
+		}
+		if ttl != "" {
+			req.Header.Set(TTLHeader, ttl)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		switch rec.Code {
+		case 200, 400, 404, 405, 413:
+		default:
+			t.Fatalf("%s ?%s: status %d", method, query, rec.Code)
+		}
+		if d, _ := time.ParseDuration(ttl); method == "PUT" && rec.Code == 200 && (ttl == "" || d >= time.Second) {
+			get := httptest.NewRequest("GET", "http://meta/metadata?"+query, nil)
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, get)
+			if rec.Code != 200 || rec.Body.String() != string(body) {
+				t.Fatalf("PUT ?%s %q then GET: %d %q", query, body, rec.Code, rec.Body.String())
+			}
+		}
+	})
+}
