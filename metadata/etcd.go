@@ -54,7 +54,7 @@ func openEtcd(ctx context.Context, s *settings) (Service, error) {
 	deadline, _ := ctx.Deadline()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.target.Endpoints,
-		DialTimeout: time.Until(deadline),
+		DialTimeout: max(time.Until(deadline), time.Millisecond),
 		TLS:         tlsCfg,
 		Username:    s.Username,
 		Password:    string(s.Password),
