@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/metadata"
 	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports"
 )
@@ -37,6 +39,7 @@ func (ck *checker) add(p *Problem) {
 			p.Source = src
 		}
 	}
+	maskProblem(p)
 	if p.Warning {
 		ck.warns = append(ck.warns, p)
 	} else {
@@ -78,6 +81,9 @@ func (ck *checker) check(c *Config) {
 	}
 	if ck.ok("metadata") && (c.Metadata != "" || ck.loaded) {
 		ck.metadata(c.Metadata)
+	}
+	if ck.ok("metadata") {
+		ck.metadataSettings(c)
 	}
 	if ck.ok("role") && c.Role != "" && !contains(Roles(), c.Role) {
 		ck.add(&Problem{Key: "role", Value: c.Role, Allowed: oneOf(Roles()), Suggestion: closest(c.Role, Roles())})
@@ -208,37 +214,106 @@ func (ck *checker) fallback(c *Config) {
 	}
 }
 
-// metadataAllowed says what metadata accepts, now and later.
-const metadataAllowed = MetadataP2P + " (metadata services etcd://host:port, http://host:port/metadata and redis://host:port are planned)"
-
 func (ck *checker) metadata(m string) {
 	switch {
 	case m == MetadataP2P:
-	case strings.EqualFold(m, MetadataP2P):
-		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadataAllowed, Suggestion: MetadataP2P})
-	case hasAnyPrefix(strings.ToLower(m), "etcd://", "http://", "https://", "redis://", "rediss://") || isHostPort(m):
-		ck.add(&Problem{Key: "metadata", Value: m, Err: errdefs.ErrNotSupported,
-			Reason:  "metadata services are not supported yet; peers exchange segment descriptors over their RPC ports",
-			Allowed: MetadataP2P})
-	default:
-		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadataAllowed, Suggestion: closest(m, []string{MetadataP2P})})
+		return
+	case strings.EqualFold(strings.TrimSpace(m), MetadataP2P):
+		ck.add(&Problem{Key: "metadata", Value: m, Allowed: metadata.Allowed, Suggestion: MetadataP2P})
+		return
+	}
+	if _, err := metadata.Parse(m); err != nil {
+		p := &Problem{Key: "metadata", Value: m, Reason: metadataReason(err), Allowed: metadata.Allowed}
+		if !strings.Contains(m, "://") && !strings.Contains(m, ":") {
+			p.Suggestion = closest(m, []string{MetadataP2P})
+		}
+		ck.add(p)
 	}
 }
 
-// isHostPort says whether s is host:port, which Mooncake reads as an etcd
-// address.
-func isHostPort(s string) bool {
-	h, p, err := net.SplitHostPort(s)
-	return err == nil && h != "" && p != ""
+// metadataReason is what is wrong with a connection string (the value
+// and what is allowed are the problem's own fields).
+func metadataReason(err error) string {
+	var pe *metadata.ParseError
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return err.Error()
 }
 
-func hasAnyPrefix(s string, prefixes ...string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
+// metadataSettings checks the settings of a metadata service, and warns
+// about those that have no effect.
+func (ck *checker) metadataSettings(c *Config) {
+	if ck.ok("metadata_ttl") && c.MetadataTTL != 0 && c.MetadataTTL < metadata.MinTTL {
+		ck.add(&Problem{Key: "metadata_ttl", Value: c.MetadataTTL.String(), Allowed: "a duration of at least 1s"})
+	}
+	if ck.ok("metadata_redis_db") && c.MetadataRedisDB < 0 {
+		ck.add(&Problem{Key: "metadata_redis_db", Value: c.MetadataRedisDB, Allowed: "a database index, 0 or more"})
+	}
+	p2p := c.Metadata == "" || c.Metadata == MetadataP2P
+	target, perr := metadata.Parse(c.Metadata)
+	if !p2p && perr != nil {
+		return // reported with metadata
+	}
+	unused := func(key, why string) {
+		ck.add(&Problem{Key: key, Warning: true, Reason: "has no effect: " + why})
+	}
+	set := map[string]bool{
+		"metadata_cluster_id": c.MetadataClusterID != "", "metadata_username": c.MetadataUsername != "",
+		"metadata_password": c.MetadataPassword != "", "metadata_redis_db": c.MetadataRedisDB != 0,
+		"metadata_ca_file": c.MetadataCAFile != "", "metadata_cert_file": c.MetadataCertFile != "",
+		"metadata_key_file": c.MetadataKeyFile != "",
+	}
+	if p2p {
+		if ck.loaded {
+			for _, k := range sortedKeys(set) {
+				if set[k] {
+					unused(k, "metadata is P2PHANDSHAKE (no metadata service)")
+				}
+			}
+		}
+		return
+	}
+	tls := c.MetadataCAFile != "" || c.MetadataCertFile != "" || c.MetadataKeyFile != ""
+	switch {
+	case set["metadata_redis_db"] && target.Backend != metadata.Redis && ck.loaded:
+		unused("metadata_redis_db", "metadata is not redis:// or rediss://")
+	case target.HasDB && c.MetadataRedisDB != 0 && target.DB != c.MetadataRedisDB:
+		ck.add(&Problem{Key: "metadata_redis_db", Value: c.MetadataRedisDB,
+			Reason: fmt.Sprintf("the metadata URL names database %d", target.DB), Allowed: "the same database, or only one of the two"})
+	}
+	if tls && (target.Backend == metadata.Redis || target.Backend == metadata.HTTP) && !target.TLS {
+		key := "metadata_ca_file"
+		if c.MetadataCAFile == "" {
+			key = "metadata_cert_file"
+		}
+		ck.add(&Problem{Key: key, Reason: "TLS files are set but metadata is " + string(target.Backend) + "://, which is not TLS",
+			Allowed: "rediss:// or https:// for TLS, or no TLS files"})
+	}
+	if target.Backend == metadata.Etcd && c.MetadataPassword != "" && c.MetadataUsername == "" {
+		ck.add(&Problem{Key: "metadata_username", Reason: "metadata_password is set without a user name: etcd authenticates a user",
+			Allowed: "the etcd user name"})
+	}
+	if (c.MetadataCertFile == "") != (c.MetadataKeyFile == "") {
+		key, other := "metadata_cert_file", "metadata_key_file"
+		if c.MetadataCertFile == "" {
+			key, other = other, key
+		}
+		ck.add(&Problem{Key: key, Reason: "set without " + other, Allowed: "a client certificate and its key, both or neither"})
+	}
+	if ck.loaded {
+		for _, k := range []string{"metadata_ca_file", "metadata_cert_file", "metadata_key_file"} {
+			path := map[string]string{"metadata_ca_file": c.MetadataCAFile, "metadata_cert_file": c.MetadataCertFile, "metadata_key_file": c.MetadataKeyFile}[k]
+			if path == "" || !ck.ok(k) {
+				continue
+			}
+			if f, err := os.Open(path); err != nil {
+				ck.add(&Problem{Key: k, Value: path, Reason: "cannot be read: " + err.Error(), Allowed: "a readable PEM file"})
+			} else {
+				f.Close()
+			}
 		}
 	}
-	return false
 }
 
 // deviceName checks the final device list. A per-device map or a .json

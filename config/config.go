@@ -3,12 +3,15 @@ package config
 import (
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/kvconnect/kvconnect/auth"
+	"github.com/kvconnect/kvconnect/metadata"
 )
 
 // MetadataP2P is the metadata mode in which peers exchange segment
 // descriptors directly over their RPC ports (Mooncake's P2PHANDSHAKE).
-const MetadataP2P = "P2PHANDSHAKE"
+const MetadataP2P = metadata.P2P
 
 // Config is what a kvconnect node needs (connector.Config is this type).
 // The zero value works: unset fields take the defaults documented on each
@@ -29,10 +32,33 @@ type Config struct {
 	// Protocol is the transport to try first: tcp (default), rdma, ucx,
 	// efa, ascend, or a third-party plugin's name.
 	Protocol string `koanf:"protocol" json:"protocol"`
-	// Metadata is the metadata mode; only P2PHANDSHAKE (default) works
-	// for now. etcd://, http:// and redis:// services are reported as not
-	// supported yet.
+	// Metadata is the metadata mode: P2PHANDSHAKE (default: peers
+	// exchange segment descriptors over their RPC ports) or a metadata
+	// service's connection string: etcd://host:port[,host:port...], a
+	// bare host:port (etcd, as in Mooncake), http(s)://host:port/path
+	// (Mooncake's HTTP metadata protocol), redis(s)://host:port[/db]. See
+	// package metadata and MetadataOptions.
 	Metadata string `koanf:"metadata" json:"metadata"`
+	// MetadataClusterID puts the metadata keys under mooncake/<id>/
+	// (Mooncake's MC_METADATA_CLUSTER_ID).
+	MetadataClusterID string `koanf:"metadata_cluster_id" json:"metadata_cluster_id,omitempty"`
+	// MetadataTTL is how long this node's metadata keys outlive it (etcd
+	// lease TTL, Redis and HTTP expiry). Default 10s, at least 1s.
+	MetadataTTL time.Duration `koanf:"metadata_ttl" json:"metadata_ttl"`
+	// MetadataUsername and MetadataPassword authenticate to the metadata
+	// service (etcd user, Redis ACL user and password, HTTP basic auth).
+	// The password is a metadata.Secret: fmt prints it as (hidden), JSON
+	// leaves it out.
+	MetadataUsername string          `koanf:"metadata_username" json:"metadata_username,omitempty"`
+	MetadataPassword metadata.Secret `koanf:"metadata_password" json:"-"`
+	// MetadataRedisDB is the Redis database index (MC_REDIS_DB_INDEX).
+	MetadataRedisDB int `koanf:"metadata_redis_db" json:"metadata_redis_db,omitempty"`
+	// MetadataCAFile, MetadataCertFile and MetadataKeyFile are PEM files:
+	// the CA that verifies the metadata server and the client certificate
+	// and key (etcd TLS, https://, rediss://).
+	MetadataCAFile   string `koanf:"metadata_ca_file" json:"metadata_ca_file,omitempty"`
+	MetadataCertFile string `koanf:"metadata_cert_file" json:"metadata_cert_file,omitempty"`
+	MetadataKeyFile  string `koanf:"metadata_key_file" json:"metadata_key_file,omitempty"`
 	// DeviceName is passed to the transport: empty (auto), a device name
 	// or a comma list (mlx5_0,mlx5_1). Load resolves a per-device map
 	// (JSON or a .json file) for LocalDeviceIndex; see ResolveDeviceName.
@@ -99,6 +125,7 @@ const (
 	DefaultPluginStartTimeout = 10 * time.Second
 	DefaultTransferTimeout    = 30 * time.Second
 	DefaultMaxHandshakeFrame  = 16 << 20
+	DefaultMetadataTTL        = metadata.DefaultTTL
 	DefaultRole               = "kv_both"
 	DefaultBufferDevice       = "cpu"
 )
@@ -113,6 +140,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Metadata == "" {
 		c.Metadata = MetadataP2P
+	}
+	if c.MetadataTTL == 0 {
+		c.MetadataTTL = DefaultMetadataTTL
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
@@ -147,4 +177,27 @@ func (c Config) Validate() error {
 	ck := &checker{}
 	ck.check(&c)
 	return joinProblems(ck.errs)
+}
+
+// MetadataOptions maps the metadata settings onto metadata.Options for
+// metadata.Open, with log as the service's logger (may be nil). ok is
+// false in P2PHANDSHAKE mode (no metadata service: do not call
+// metadata.Open). Zero fields take the defaults (connect_timeout bounds
+// metadata.Open and each request).
+func (c Config) MetadataOptions(log *zap.Logger) (o metadata.Options, ok bool) {
+	c = c.WithDefaults()
+	if metadata.IsP2P(c.Metadata) {
+		return metadata.Options{}, false
+	}
+	return metadata.Options{
+		URL:            c.Metadata,
+		ClusterID:      c.MetadataClusterID,
+		TTL:            c.MetadataTTL,
+		ConnectTimeout: c.ConnectTimeout,
+		Username:       c.MetadataUsername,
+		Password:       c.MetadataPassword,
+		RedisDB:        c.MetadataRedisDB,
+		TLS:            metadata.TLSFiles{CAFile: c.MetadataCAFile, CertFile: c.MetadataCertFile, KeyFile: c.MetadataKeyFile},
+		Log:            log,
+	}, true
 }

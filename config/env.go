@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvconnect/kvconnect/metadata"
 )
 
 // deferredIndex marks transports.ascend.npu_id as "the local device
@@ -52,7 +54,7 @@ func (ld *loader) envLayer() {
 				ld.forceTCP = &entry{value: v, source: "env " + ce.Name}
 			}
 		default:
-			set(ce.Key, ce.Name, v)
+			l.set(ce.Key, entry{value: v, source: "env " + ce.Name, text: true, redisOnly: redisOnlyEnv[ce.Name]})
 		}
 	}
 
@@ -73,7 +75,14 @@ func (ld *loader) envLayer() {
 		_, _, isOption := optionKey(key)
 		if isSetting || isOption {
 			if prev, ok := l.entries[key]; ok && fmt.Sprint(prev.value) != v {
-				ld.note("%s=%s overrides %s %s from %s", name, v, key, showValue(prev.value), prev.source)
+				switch {
+				case isSecret(key):
+					ld.note("%s overrides %s from %s", name, key, prev.source)
+				case key == "metadata":
+					ld.note("%s=%s overrides %s %s from %s", name, metadata.Redact(v), key, showValue(metadata.Redact(fmt.Sprint(prev.value))), prev.source)
+				default:
+					ld.note("%s=%s overrides %s %s from %s", name, v, key, showValue(prev.value), prev.source)
+				}
 			}
 			set(key, name, v)
 			continue

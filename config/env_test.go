@@ -1,13 +1,16 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/metadata"
 )
 
 // TestSGLangEnv maps the SGLang / Mooncake variables onto settings.
@@ -41,15 +44,61 @@ func TestSGLangEnv(t *testing.T) {
 	}
 }
 
-// TestMetadataServerEnv: a metadata service is not supported yet and says
-// so, naming the variable.
+// TestMetadataServerEnv: metadata services from SGLang's variable, with
+// Mooncake's MC_METADATA_CLUSTER_ID and MC_REDIS_*; the Redis variables
+// count only for Redis; a bad string names the variable.
 func TestMetadataServerEnv(t *testing.T) {
-	for _, v := range []string{"etcd://10.0.0.1:2379", "http://10.0.0.1:8080/metadata", "redis://10.0.0.1:6379", "10.0.0.1:2379"} {
-		_, ps := loadErr(t, Options{Environ: []string{"MOONCAKE_TE_META_DATA_SERVER=" + v}})
-		p := findProblem(ps, "metadata")
-		if p == nil || !errors.Is(p, errdefs.ErrNotSupported) || p.Source != "env MOONCAKE_TE_META_DATA_SERVER" || p.Value != v {
-			t.Errorf("%s: problems %v", v, ps)
+	for _, v := range []string{"etcd://10.0.0.1:2379", "http://10.0.0.1:8080/metadata", "redis://10.0.0.1:6379", "10.0.0.1:2379,10.0.0.2:2379"} {
+		l := mustLoad(t, Options{Environ: []string{"MOONCAKE_TE_META_DATA_SERVER=" + v, "MC_METADATA_CLUSTER_ID=prod"}})
+		if l.Config.Metadata != v || l.Source("metadata") != "env MOONCAKE_TE_META_DATA_SERVER" ||
+			l.Config.MetadataClusterID != "prod" || l.Source("metadata_cluster_id") != "env MC_METADATA_CLUSTER_ID" {
+			t.Errorf("%s: %+v", v, l.Config)
 		}
+	}
+	redisEnv := []string{"MC_REDIS_PASSWORD=s3cret", "MC_REDIS_DB_INDEX=3", "MC_REDIS_USERNAME=kv"}
+	l := mustLoad(t, Options{Environ: append([]string{"MOONCAKE_TE_META_DATA_SERVER=redis://10.0.0.1:6379"}, redisEnv...)})
+	if c := l.Config; c.MetadataPassword != "s3cret" || c.MetadataRedisDB != 3 || c.MetadataUsername != "kv" || l.Source("metadata_password") != "env MC_REDIS_PASSWORD" {
+		t.Errorf("redis: %+v", c)
+	}
+	if v, _ := l.Value("metadata_password"); v.Value != "(hidden)" {
+		t.Errorf("Values shows the password as %v", v.Value)
+	}
+	l = mustLoad(t, Options{Environ: append([]string{"MOONCAKE_TE_META_DATA_SERVER=etcd://10.0.0.1:2379"}, redisEnv...)})
+	if c := l.Config; c.MetadataPassword != "" || c.MetadataRedisDB != 0 || c.MetadataUsername != "" {
+		t.Errorf("etcd took the Redis variables: %+v", c)
+	}
+	notes := strings.Join(l.Notes, "\n")
+	if !strings.Contains(notes, "MC_REDIS_PASSWORD is ignored: metadata is not redis://") || strings.Contains(notes, "s3cret") {
+		t.Errorf("notes %q", notes)
+	}
+	l = mustLoad(t, Options{Environ: []string{"MOONCAKE_TE_META_DATA_SERVER=redis://h:1", "MC_REDIS_PASSWORD=a", "KVCONNECT_METADATA_PASSWORD=b"}})
+	if l.Config.MetadataPassword != "b" || strings.Contains(strings.Join(l.Notes, " "), "=b") {
+		t.Errorf("KVCONNECT_METADATA_PASSWORD: %q, notes %v", l.Config.MetadataPassword, l.Notes)
+	}
+	_, ps := loadErr(t, Options{Environ: []string{"MOONCAKE_TE_META_DATA_SERVER=etcd://10.0.0.1"}})
+	p := findProblem(ps, "metadata")
+	if p == nil || !errors.Is(p, errdefs.ErrInvalidArgument) || p.Source != "env MOONCAKE_TE_META_DATA_SERVER" || p.Value != "etcd://10.0.0.1" ||
+		!strings.Contains(p.Error(), "not host:port") {
+		t.Errorf("bad metadata: %v", ps)
+	}
+}
+
+// TestMetadataOptions maps the settings onto metadata.Options.
+func TestMetadataOptions(t *testing.T) {
+	if _, ok := (Config{}).MetadataOptions(nil); ok {
+		t.Error("P2PHANDSHAKE has a metadata service")
+	}
+	c := Config{Metadata: "etcd://h:1", MetadataClusterID: "prod", MetadataUsername: "u", MetadataPassword: "s3cret",
+		MetadataRedisDB: 2, MetadataCAFile: "ca", MetadataCertFile: "c", MetadataKeyFile: "k", ConnectTimeout: 3 * time.Second}
+	o, ok := c.MetadataOptions(nil)
+	want := metadata.Options{URL: "etcd://h:1", ClusterID: "prod", TTL: DefaultMetadataTTL, ConnectTimeout: 3 * time.Second,
+		Username: "u", Password: "s3cret", RedisDB: 2, TLS: metadata.TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"}}
+	if !ok || !reflect.DeepEqual(o, want) || string(o.Password) != "s3cret" {
+		t.Errorf("MetadataOptions = %+v, %v\nwant %+v", o, ok, want)
+	}
+	js, _ := json.Marshal(c)
+	if out := fmt.Sprintf("%v %+v %#v %v %+v %s", c, c, c, o, o, js); strings.Contains(out, "s3cret") {
+		t.Errorf("printing the config shows the password: %s", out)
 	}
 }
 
@@ -147,14 +196,18 @@ func TestKVConnectEnv(t *testing.T) {
 		"KVCONNECT_BUFFER_SIZE=1GB", "KVCONNECT_BUFFER_DEVICE=cpu", "KVCONNECT_CONNECT_TIMEOUT=3s", "KVCONNECT_PLUGIN_START_TIMEOUT=5s",
 		"KVCONNECT_TRANSFER_TIMEOUT=4s", "KVCONNECT_MAX_HANDSHAKE_FRAME=1MiB", "KVCONNECT_PLUGIN_DIR=",
 		"KVCONNECT_LOG_LEVEL=debug", "KVCONNECT_LOG_FORMAT=json", "KVCONNECT_DEVICE_NAME=mlx5_4",
-		"KVCONNECT_METADATA=P2PHANDSHAKE", "KVCONNECT_FALLBACK=tcp", "KVCONNECT_MOONCAKE_INTEROP=off",
+		"KVCONNECT_METADATA=etcd://10.0.0.1:2379", "KVCONNECT_FALLBACK=tcp", "KVCONNECT_MOONCAKE_INTEROP=off",
+		"KVCONNECT_METADATA_CLUSTER_ID=prod", "KVCONNECT_METADATA_TTL=5s", "KVCONNECT_METADATA_USERNAME=kv",
+		"KVCONNECT_METADATA_PASSWORD=pw", "KVCONNECT_METADATA_REDIS_DB=0", "KVCONNECT_METADATA_CA_FILE=",
+		"KVCONNECT_METADATA_CERT_FILE=", "KVCONNECT_METADATA_KEY_FILE=",
 		"KVCONNECT_AUTH_SECRET=", "KVCONNECT_AUTH_SECRET_FILE=",
 	}
 	l := mustLoad(t, Options{Environ: env})
 	c := l.Config
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
-		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: MetadataP2P,
+		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: "etcd://10.0.0.1:2379",
+		MetadataClusterID: "prod", MetadataTTL: 5 * time.Second, MetadataUsername: "kv", MetadataPassword: "pw",
 		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false),
 		Notes: []string{`KVCONNECT_PROTOCOL=ucx overrides protocol "rdma" from env MOONCAKE_PROTOCOL`}}
 	if !reflect.DeepEqual(c, want) {

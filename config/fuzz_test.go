@@ -25,6 +25,8 @@ func FuzzLoad(f *testing.F) {
 		{`{"kv_buffer_size":"1e9","kv_port":"x"}`, 3},
 		{"MOONCAKE_PROTOCOL=rdma\nMC_FORCE_TCP=1\nENABLE_ASCEND_TRANSFER_WITH_MOONCAKE=true\nASCEND_NPU_PHY_ID=-1\n", 4},
 		{"KVCONNECT_TRANSPORTS__TCP__CONNECTIONS=8\nMOONCAKE_DEVICE={\"0\":\"a\"}\n", 4},
+		{"metadata: redis://:pw@h:1/2\nmetadata_redis_db: 3\nmetadata_ttl: 500ms\nmetadata_password: [1]\n", 0},
+		{"MOONCAKE_TE_META_DATA_SERVER=etcd://a:1;b:2\nMC_REDIS_PASSWORD=x\nMC_REDIS_DB_INDEX=-1\nMC_METADATA_CLUSTER_ID=c\n", 4},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s.data), s.kind)

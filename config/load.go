@@ -16,6 +16,7 @@ import (
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 	"github.com/kvconnect/kvconnect/auth"
+	"github.com/kvconnect/kvconnect/metadata"
 	"github.com/kvconnect/kvconnect/transports"
 	"github.com/spf13/pflag"
 )
@@ -122,6 +123,9 @@ type entry struct {
 	text   bool // from the environment or a flag: transport options read JSON scalars
 	conv   any  // converted value (settings only)
 	bad    bool // conversion failed (already reported)
+	// redisOnly marks a Mooncake variable read only for a Redis metadata
+	// service (MC_REDIS_PASSWORD, ...).
+	redisOnly bool
 }
 
 // layer is one input's flattened key -> value map, in the order written.
@@ -188,6 +192,7 @@ func envMap(environ []string) map[string]string {
 }
 
 func (ld *loader) problem(p *Problem) {
+	maskProblem(p)
 	if p.Warning {
 		ld.warns = append(ld.warns, p)
 	} else {
@@ -237,6 +242,14 @@ func (ld *loader) codeLayer(c Config) {
 	add("bind_address", c.BindAddress, c.BindAddress != "")
 	add("rpc_port", c.RPCPort, c.RPCPort != 0)
 	add("metadata", c.Metadata, c.Metadata != "")
+	add("metadata_cluster_id", c.MetadataClusterID, c.MetadataClusterID != "")
+	add("metadata_ttl", c.MetadataTTL, c.MetadataTTL != 0)
+	add("metadata_username", c.MetadataUsername, c.MetadataUsername != "")
+	add("metadata_password", string(c.MetadataPassword), c.MetadataPassword != "")
+	add("metadata_redis_db", c.MetadataRedisDB, c.MetadataRedisDB != 0)
+	add("metadata_ca_file", c.MetadataCAFile, c.MetadataCAFile != "")
+	add("metadata_cert_file", c.MetadataCertFile, c.MetadataCertFile != "")
+	add("metadata_key_file", c.MetadataKeyFile, c.MetadataKeyFile != "")
 	add("role", c.Role, c.Role != "")
 	add("engine_id", c.EngineID, c.EngineID != "")
 	add("local_device_index", c.LocalDeviceIndex, c.LocalDeviceIndex != 0)
@@ -445,9 +458,15 @@ func optionKey(key string) (name, opt string, ok bool) {
 // MC_FORCE_TCP, resolves device_name and checks the result.
 func (ld *loader) resolve() (*Loaded, error) {
 	eff := map[string]entry{}
+	redis, metaSource := ld.redisMetadata()
 	for _, l := range ld.layers {
 		for _, k := range l.order {
 			e := l.entries[k]
+			if e.redisOnly && !redis {
+				ld.note("%s is ignored: metadata is not redis:// or rediss:// (from %s); Mooncake reads it only for Redis",
+					strings.TrimPrefix(e.source, "env "), metaSource)
+				continue
+			}
 			if s, ok := lookupSetting(k); ok {
 				conv, p := convert(s, e)
 				if p != nil {
@@ -499,6 +518,14 @@ func (ld *loader) resolve() (*Loaded, error) {
 	cfg.BindAddress = str("bind_address")
 	cfg.RPCPort = num("rpc_port")
 	cfg.Metadata = str("metadata")
+	cfg.MetadataClusterID = str("metadata_cluster_id")
+	cfg.MetadataTTL = dur("metadata_ttl")
+	cfg.MetadataUsername = str("metadata_username")
+	cfg.MetadataPassword = metadata.Secret(str("metadata_password"))
+	cfg.MetadataRedisDB = num("metadata_redis_db")
+	cfg.MetadataCAFile = str("metadata_ca_file")
+	cfg.MetadataCertFile = str("metadata_cert_file")
+	cfg.MetadataKeyFile = str("metadata_key_file")
 	cfg.Role = str("role")
 	cfg.EngineID = str("engine_id")
 	cfg.LocalDeviceIndex = num("local_device_index")
@@ -588,6 +615,12 @@ func (ld *loader) resolve() (*Loaded, error) {
 		if v.Source == "" {
 			v.Source = "default"
 		}
+		if s.secret && v.Value != nil && v.Value != "" {
+			v.Value = hidden
+		}
+		if m, ok := v.Value.(string); ok && s.key == "metadata" {
+			v.Value = metadata.Redact(m)
+		}
 		out.values[s.key] = v
 	}
 
@@ -611,4 +644,35 @@ func (ld *loader) resolve() (*Loaded, error) {
 	out.Inputs, out.Notes, out.Warnings, out.Ignored = ld.inputs, ld.notes, ld.warns, ld.ignored
 	cfg.Notes = append([]string(nil), ld.notes...)
 	return out, joinProblems(ld.errs)
+}
+
+// redisMetadata says whether the metadata setting, as the layers leave
+// it, names a Redis service, and where it came from.
+func (ld *loader) redisMetadata() (bool, string) {
+	var last entry
+	found := false
+	for _, l := range ld.layers {
+		if e, ok := l.entries["metadata"]; ok {
+			last, found = e, true
+		}
+	}
+	if !found {
+		return false, "default"
+	}
+	str, _ := scalarString(last.value)
+	str = strings.ToLower(strings.TrimSpace(str))
+	return strings.HasPrefix(str, "redis://") || strings.HasPrefix(str, "rediss://"), last.source
+}
+
+// maskProblem hides a secret value a problem would show, and the
+// password of a metadata URL.
+func maskProblem(p *Problem) {
+	switch {
+	case isSecret(p.Key) && p.Value != nil:
+		p.Value = hidden
+	case p.Key == "metadata":
+		if s, ok := p.Value.(string); ok {
+			p.Value = metadata.Redact(s)
+		}
+	}
 }

@@ -51,6 +51,7 @@ type setting struct {
 	flag    string   // flag name; "" = none (secrets: flags show in ps)
 	min     int64    // for ints
 	max     int64
+	secret  bool // never shown: config show, notes and problems mask it
 }
 
 // Roles lists the roles a node may take.
@@ -80,7 +81,23 @@ var settings = []setting{
 	{key: "rpc_port", kind: kindInt, def: 0, flag: "rpc-port", min: 0, max: 65535,
 		help: "RPC (handshake) port; 0 picks a free one"},
 	{key: "metadata", kind: kindString, def: MetadataP2P, flag: "metadata",
-		help: "metadata mode: P2PHANDSHAKE (etcd://, http://, redis:// metadata services are planned)"},
+		help: "metadata mode: P2PHANDSHAKE (peers exchange descriptors over their RPC ports), or a metadata service: etcd://host:port[,host:port], a bare host:port (etcd), http(s)://host:port/path, redis(s)://host:port[/db]"},
+	{key: "metadata_cluster_id", kind: kindString, def: "", flag: "metadata-cluster-id",
+		help: "cluster id in the metadata keys: mooncake/<id>/ram/<segment> (Mooncake's MC_METADATA_CLUSTER_ID); empty = mooncake/ram/<segment>"},
+	{key: "metadata_ttl", kind: kindDuration, def: DefaultMetadataTTL.String(), flag: "metadata-ttl",
+		help: "how long this node's metadata keys outlive it: etcd lease TTL, Redis and HTTP expiry; renewed every third of it (at least 1s)"},
+	{key: "metadata_username", kind: kindString, def: "", flag: "metadata-username",
+		help: "user name for the metadata service: etcd user, Redis ACL user (MC_REDIS_USERNAME), HTTP basic auth"},
+	{key: "metadata_password", kind: kindString, def: "", flag: "metadata-password", secret: true,
+		help: "password for the metadata service: etcd user's, Redis requirepass/ACL (MC_REDIS_PASSWORD), HTTP basic auth; never shown"},
+	{key: "metadata_redis_db", kind: kindInt, def: 0, flag: "metadata-redis-db", min: 0, max: 1 << 20,
+		help: "Redis database index (Mooncake's MC_REDIS_DB_INDEX); redis://host:port/db says the same"},
+	{key: "metadata_ca_file", kind: kindString, def: "", flag: "metadata-ca-file",
+		help: "PEM CA bundle that verifies the metadata server (etcd TLS, https://, rediss://); empty = system roots"},
+	{key: "metadata_cert_file", kind: kindString, def: "", flag: "metadata-cert-file",
+		help: "PEM client certificate for the metadata service (with metadata_key_file); for etcd any of the three files turns TLS on"},
+	{key: "metadata_key_file", kind: kindString, def: "", flag: "metadata-key-file",
+		help: "PEM private key of metadata_cert_file"},
 	{key: "role", kind: kindString, def: "kv_both", flag: "role", allowed: Roles(),
 		help: "kv_producer (prefill), kv_consumer (decode) or kv_both"},
 	{key: "engine_id", kind: kindString, def: "", flag: "engine-id",
@@ -118,6 +135,19 @@ const (
 	transportsKey = "transports"
 	vllmKey       = "kv_transfer_config"
 )
+
+// redisOnlyEnv are the compatible variables Mooncake reads only for a
+// Redis metadata service: elsewhere they are ignored, with a note.
+var redisOnlyEnv = map[string]bool{"MC_REDIS_USERNAME": true, "MC_REDIS_PASSWORD": true, "MC_REDIS_DB_INDEX": true}
+
+// isSecret says whether key's value must never be shown.
+func isSecret(key string) bool {
+	s, ok := lookupSetting(key)
+	return ok && s.secret
+}
+
+// hidden stands for a secret value that is set.
+const hidden = "(hidden)"
 
 func lookupSetting(key string) (*setting, bool) {
 	for i := range settings {
@@ -207,7 +237,11 @@ func CompatEnvs() []CompatEnv { return append([]CompatEnv(nil), compatEnvs...) }
 var compatEnvs = []CompatEnv{
 	{"MOONCAKE_PROTOCOL", "protocol", "SGLang: transport protocol"},
 	{"MOONCAKE_DEVICE", "device_name", "SGLang: device name(s), the same formats as device_name"},
-	{"MOONCAKE_TE_META_DATA_SERVER", "metadata", "SGLang: metadata server (P2PHANDSHAKE)"},
+	{"MOONCAKE_TE_META_DATA_SERVER", "metadata", "SGLang: metadata server (P2PHANDSHAKE, etcd://, host:port, http://, redis://)"},
+	{"MC_METADATA_CLUSTER_ID", "metadata_cluster_id", "Mooncake: cluster id in the metadata keys (mooncake/<id>/...)"},
+	{"MC_REDIS_USERNAME", "metadata_username", "Mooncake: Redis user name; read only when metadata is redis:// or rediss://"},
+	{"MC_REDIS_PASSWORD", "metadata_password", "Mooncake: Redis password; read only when metadata is redis:// or rediss://"},
+	{"MC_REDIS_DB_INDEX", "metadata_redis_db", "Mooncake: Redis database index; read only when metadata is redis:// or rediss://"},
 	{"MC_TCP_BIND_ADDRESS", "transports.tcp.bind_address", "Mooncake: local address the tcp transport binds"},
 	{"MC_TCP_PROTO", "transports.tcp.mooncake_proto", "Mooncake: 1 speaks Mooncake's TCP protocol v1 to Mooncake peers even when they advertise v2"},
 	{"MC_TRANSFER_TIMEOUT", "transfer_timeout", "Mooncake: transfer timeout in seconds"},

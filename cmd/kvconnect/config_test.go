@@ -224,3 +224,30 @@ func TestLoadConfigFlags(t *testing.T) {
 		t.Errorf("loadConfig: %+v", c)
 	}
 }
+
+// TestConfigShowHidesPasswords: config show (text and JSON) never prints
+// the metadata password, whether set directly, through MC_REDIS_PASSWORD
+// or inside the metadata URL.
+func TestConfigShowHidesPasswords(t *testing.T) {
+	env := []string{"KVCONNECT_METADATA=redis://:urlsecret@10.0.0.5:6379/1", "MC_REDIS_PASSWORD=envsecret",
+		"KVCONNECT_METADATA_PASSWORD=kvsecret"}
+	for _, args := range [][]string{{"config", "show", "--sources"}, {"config", "show", "--json"}, {"config", "check"}} {
+		out, err := runConfigCLI(t, env, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		for _, secret := range []string{"urlsecret", "envsecret", "kvsecret"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%v prints %s:\n%s", args, secret, out)
+			}
+		}
+		if args[1] == "show" && !strings.Contains(out, "(hidden)") {
+			t.Errorf("%v does not show that a password is set:\n%s", args, out)
+		}
+	}
+	out, _ := runConfigCLI(t, env, "config", "show", "--sources")
+	if !regexp.MustCompile(`(?m)^metadata_password\s+\(hidden\)\s+env KVCONNECT_METADATA_PASSWORD$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^metadata\s+redis://:xxxxx@10\.0\.0\.5:6379/1\s+env KVCONNECT_METADATA$`).MatchString(out) {
+		t.Errorf("config show --sources:\n%s", out)
+	}
+}

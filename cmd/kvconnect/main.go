@@ -1,6 +1,7 @@
 // Command kvconnect runs and inspects kvconnect nodes: serve runs a node,
 // doctor probes transports and the host, config shows and checks the
-// effective configuration, version prints versions.
+// effective configuration, metadata-server serves Mooncake's HTTP metadata
+// protocol, version prints versions.
 package main
 
 import (
