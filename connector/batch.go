@@ -141,6 +141,9 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	if err := p.suspectErr(); err != nil {
 		return nil, err
 	}
+	if err := c.goneErr(p); err != nil {
+		return nil, err
+	}
 	l, err := p.ensure(ctx)
 	if err != nil {
 		return nil, err

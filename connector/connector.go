@@ -57,6 +57,7 @@ type Connector struct {
 	hostID       string
 	started      time.Time
 	auth         *auth.Keyring // nil: authentication off
+	meta         *metaState    // nil: P2P handshake (no metadata service)
 
 	// regMu orders region (de)registration with plugin restarts, so a
 	// restarted transport gets every region.
@@ -117,11 +118,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.startChain(ctx); err != nil {
+	// The metadata service next: unreachable, it fails New within
+	// connect_timeout, before any plugin starts.
+	if err := c.openMetadata(ctx); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	if err := c.startChain(ctx); err != nil {
+		ln.Close()
+		c.closeMetadata(context.Background())
+		return nil, err
+	}
 	c.serveRPC(ln)
+	c.startPublishing(ctx)
 	names := make([]string, len(c.transports))
 	for i, at := range c.transports {
 		names[i] = at.name

@@ -364,7 +364,8 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{connector.Config{Protocol: "RDMA!"}, "protocol", connector.ErrInvalidArgument},
 		{connector.Config{RPCPort: 70000}, "rpc_port", connector.ErrInvalidArgument},
-		{connector.Config{Metadata: "etcd://10.0.0.1:2379"}, "metadata", connector.ErrNotSupported},
+		{connector.Config{Metadata: "etcd://x"}, "metadata", connector.ErrInvalidArgument},
+		{connector.Config{Metadata: "etcd://127.0.0.1:1", ConnectTimeout: time.Second}, "127.0.0.1:1", connector.ErrPeerUnreachable},
 	}
 	for _, tt := range tests {
 		_, err := connector.New(context.Background(), tt.cfg)

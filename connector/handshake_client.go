@@ -17,8 +17,12 @@ import (
 // first, and a peer that cannot prove the secret gets no request.
 func (c *Connector) request(ctx context.Context, session string, typ byte, body []byte) ([]byte, error) {
 	max := c.cfg.MaxHandshakeFrame
+	addr, err := c.rpcAddress(ctx, session)
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", session)
+	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("connector: handshake with %s: %v: %w", session, err, ErrPeerUnreachable)
 	}

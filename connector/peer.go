@@ -147,7 +147,7 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
-	if _, _, err := splitSession(session); err != nil {
+	if err := c.validSession(session); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -182,7 +182,7 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 // connectPeer fetches session's descriptor and connects to it over the
 // first transport both sides have up.
 func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
-	body, err := c.request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}))
+	body, err := c.fetchDescriptor(ctx, session)
 	if err != nil {
 		return SegmentDescriptor{}, nil, nil, 0, err
 	}
@@ -194,7 +194,13 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 	if err != nil {
 		return d, nil, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
 	}
-	theirs := d.transports(session)
+	hostHint := session // where a Mooncake descriptor's data port is
+	if d.IsMooncake() && c.meta != nil {
+		if hostHint, err = c.rpcAddress(ctx, session); err != nil {
+			return d, nil, nil, 0, err
+		}
+	}
+	theirs := d.transports(hostHint)
 	if d.IsMooncake() && len(theirs) == 0 {
 		return d, nil, nil, 0, d.mooncakeNotReachable(session)
 	}

@@ -144,6 +144,7 @@ func (c *Connector) register(ctx context.Context, id RegionID, name string, seg 
 	}
 	c.regions[id] = r
 	c.mu.Unlock()
+	c.republish()
 	return r, nil
 }
 
@@ -167,6 +168,9 @@ func (r *Region) Free(ctx context.Context) error {
 	c.mu.Unlock()
 	if !registered && !draining {
 		return nil // already freed, or released by Close
+	}
+	if registered {
+		c.republish()
 	}
 	if registered {
 		// Local lookups hold a region only for an instant.

@@ -98,5 +98,6 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	}
 	c.log.Info("transport plugin restarted", zap.String("transport", at.name), zap.String("endpoint", at.res.Summary),
 		zap.Int("restarts", at.restarts), zap.Int("regions", len(regions)))
+	c.republish() // its endpoint changed
 	return nil
 }

@@ -1,6 +1,11 @@
 package connector
 
-import "github.com/kvconnect/kvconnect/plugins"
+import (
+	"time"
+
+	"github.com/kvconnect/kvconnect/metadata"
+	"github.com/kvconnect/kvconnect/plugins"
+)
 
 // TransportStatus describes one transport the node has up.
 type TransportStatus struct {
@@ -42,6 +47,8 @@ type Status struct {
 	// Auth is "auth off", or which key the node proves itself with and
 	// how many it accepts (never a secret).
 	Auth string `json:"auth"`
+	// Metadata is the metadata service's state, when there is one.
+	Metadata *metadata.Status `json:"metadata,omitempty"`
 }
 
 // Status reports the transports up, how the chain got there and health.
@@ -75,6 +82,13 @@ func (c *Connector) Status() Status {
 			}
 		}
 		s.Transports = append(s.Transports, ts)
+	}
+	if c.meta != nil {
+		ms := c.meta.svc.Status()
+		s.Metadata = &ms
+		if !ms.Connected && s.Problem == "" {
+			s.Problem = "metadata service unreachable since " + ms.LostSince.Format(time.RFC3339) + ": " + ms.LastError
+		}
 	}
 	if c.closed {
 		s.Problem = "closed"

@@ -47,4 +47,5 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("stderr_tail", tail))
 	c.wg.Add(1)
 	go c.restart(at)
+	c.republish() // the transport is down until it restarts
 }

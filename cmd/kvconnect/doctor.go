@@ -29,6 +29,7 @@ type DoctorReport struct {
 	Config        DoctorConfig            `json:"config"`
 	Transports    []connector.ProbeResult `json:"transports"`
 	Host          DoctorHost              `json:"host"`
+	Metadata      *DoctorMetadata         `json:"metadata,omitempty"` // nil in P2P mode
 	Decision      DoctorDecision          `json:"decision"`
 }
 
@@ -130,6 +131,9 @@ func runDoctor(cmd *cobra.Command, cfg connector.Config) DoctorReport {
 		rep.Transports = append(rep.Transports, r)
 	}
 	rep.Host = probeHost(cfg.WithDefaults())
+	if rep.Metadata = probeMetadata(ctx, cfg); rep.Metadata != nil && !rep.Metadata.OK {
+		rep.Host.Errors = append(rep.Host.Errors, rep.Metadata.Error)
+	}
 
 	var failed []string
 	for _, n := range chain {
@@ -288,6 +292,7 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 		fmt.Fprintf(w, "  rpc_port %d: NOT bindable: %s\n", h.RPCPort, h.RPCPortErr)
 	}
 	fmt.Fprintf(w, "  peer authentication: %s\n", h.Auth)
+	printMetadata(w, rep.Metadata)
 	fmt.Fprintf(w, "  /dev/shm: %s free of %s\n", units.HumanSize(h.ShmFree), units.HumanSize(h.ShmTotal))
 	fmt.Fprintf(w, "  memlock: %s (hard %s)", limit(h.MemlockCur), limit(h.MemlockMax))
 	if h.CapIPCLock {
