@@ -151,7 +151,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cs := &counters{failed: map[string]uint64{}, examples: map[string]string{}}
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var workers []*worker
 	for ti, t := range r.targets {
 		for wi := 0; wi < workersPerTgt; wi++ {
 			src, err1 := node.Alloc(ctx, blocksPerOp*blockSize)
@@ -166,7 +165,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			id := ti*workersPerTgt + wi
 			w := &worker{id: id, node: node, tgt: t, slice: uint64(wi * sliceBlocks * blockSize), src: src, back: back, c: cs,
 				rng: mrand.New(mrand.NewPCG(cfg.Seed, uint64(id)))}
-			workers = append(workers, w)
 			wg.Add(1)
 			go func() { defer wg.Done(); w.run(workCtx) }()
 		}
