@@ -162,9 +162,9 @@ func (c *Connector) goneErr(p *Peer) error {
 	}
 	c.meta.lookups[p.session] = now
 	c.meta.mu.Unlock()
-	p.mu.Lock()
-	p.stale = true // reconnect: resolve the key again
-	p.mu.Unlock()
+	// Reconnect: resolve the key again (and drop the old link).
+	l, _, _ := p.link()
+	p.markStale(l.at, l.id, fmt.Errorf("its metadata key %s disappeared", c.meta.keys.Segment(p.session)))
 	return nil
 }
 
