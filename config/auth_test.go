@@ -39,7 +39,7 @@ func TestAuthSecretFromEnv(t *testing.T) {
 	if err != nil || k.Len() != 1 {
 		t.Fatalf("Keyring: %v, %v", k, err)
 	}
-	if v, _ := l.Value("auth_secret"); fmt.Sprint(v.Value) != "<redacted>" || v.Source != "env KVCONNECT_AUTH_SECRET" {
+	if v, _ := l.Value("auth_secret"); fmt.Sprint(v.Value) != "(hidden)" || v.Source != "env KVCONNECT_AUTH_SECRET" {
 		t.Errorf("auth_secret shows as %v from %s", v.Value, v.Source)
 	}
 	if l.Config.MooncakeInterop == nil || *l.Config.MooncakeInterop {
@@ -126,10 +126,24 @@ func TestAuthSecretInCode(t *testing.T) {
 		t.Errorf("Validate: %v", err)
 	}
 	err := Config{AuthSecret: "short"}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "auth_secret = <redacted>") || strings.Contains(err.Error(), `"short"`) {
+	if err == nil || !strings.Contains(err.Error(), "auth_secret = ") || strings.Contains(err.Error(), "short") && !strings.Contains(err.Error(), "5 bytes") {
 		t.Errorf("Validate of a short secret: %v", err)
 	}
 	if err := (Config{AuthSecret: testSecret, MooncakeInterop: Bool(true)}).Validate(); err == nil || !strings.Contains(err.Error(), "mooncake_interop") {
 		t.Errorf("Validate with interop on: %v", err)
+	}
+}
+
+// TestAuthSecretInTwoPlacesHidden: a secret set in a file and in the
+// environment: the variable wins, and neither shows anywhere.
+func TestAuthSecretInTwoPlacesHidden(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "kvconnect.yaml", "auth_secret: "+testSecret+"-from-file\n")
+	l := mustLoad(t, Options{ConfigFile: file, Environ: []string{"KVCONNECT_AUTH_SECRET=" + testSecret + "-from-env"}})
+	if shows(t, l, nil, testSecret) {
+		t.Fatalf("the secret shows: notes %q", l.Notes)
+	}
+	if l.Config.AuthSecret != testSecret+"-from-env" || l.Source("auth_secret") != "env KVCONNECT_AUTH_SECRET" {
+		t.Errorf("auth_secret from %s", l.Source("auth_secret"))
 	}
 }

@@ -120,7 +120,7 @@ var settings = []setting{
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
 	{key: "mooncake_interop", kind: kindBool, def: true, flag: "mooncake-interop",
 		help: "serve and open unmodified Mooncake Transfer Engine peers over Mooncake's TCP protocol (whenever tcp is up)"},
-	{key: "auth_secret", kind: kindSecret, def: nil,
+	{key: "auth_secret", kind: kindSecret, def: nil, secret: true,
 		help: "shared secret peers must prove they hold (HMAC challenge-response) on every handshake and data connection; at least 16 bytes; never logged; set by env or file, not by flag (flags show in ps); see docs/SECURITY.md"},
 	{key: "auth_secret_file", kind: kindString, def: "", flag: "auth-secret-file",
 		help: "file holding the auth secret(s), one per line: the node proves itself with the first and accepts any (rotation); instead of auth_secret"},
@@ -143,7 +143,7 @@ var redisOnlyEnv = map[string]bool{"MC_REDIS_USERNAME": true, "MC_REDIS_PASSWORD
 // isSecret says whether key's value must never be shown.
 func isSecret(key string) bool {
 	s, ok := lookupSetting(key)
-	return ok && s.secret
+	return ok && (s.secret || s.kind == kindSecret)
 }
 
 // hidden stands for a secret value that is set.
@@ -204,6 +204,8 @@ var internalEnv = map[string]bool{
 	"KVCONNECT_TRANSPORT_PLUGIN": true,
 	// Read by transports (the rdma transport's test-only tcp lanes).
 	"KVCONNECT_ALLOW_TESTING_OPTIONS": true,
+	// Read by tests and make bench: where Mooncake's binaries are.
+	"KVCONNECT_MOONCAKE_BIN": true,
 }
 
 // EnvName is the KVCONNECT_* variable for a key: upper case, levels

@@ -52,6 +52,7 @@ type injector struct {
 	kinds   []string
 	mu      sync.Mutex
 	stats   map[string]*FaultStats
+	rounds  int            // rounds in which every kind was injected
 	pending sync.WaitGroup // recovery watchers
 }
 
@@ -79,6 +80,9 @@ func (in *injector) loop(ctx context.Context) {
 			}
 			in.inject(ctx, kind)
 		}
+		in.mu.Lock()
+		in.rounds++
+		in.mu.Unlock()
 	}
 }
 

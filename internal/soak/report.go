@@ -28,11 +28,14 @@ type Report struct {
 	Failed         map[string]uint64 // ops failed, by error kind
 	FailedExamples map[string]string
 	Faults         []FaultStats
-	Hostile        map[string]int
-	HostileLanded  uint64 // writes without the secret a node accepted: must be 0
-	Recovered      bool   // every target verified blocks again after the last fault
-	Problems       []string
-	Leaks          Leaks
+	// Rounds counts the fault rounds completed: in each, every kind of
+	// fault was injected once, in random order.
+	Rounds        int
+	Hostile       map[string]int
+	HostileLanded uint64 // writes without the secret a node accepted: must be 0
+	Recovered     bool   // every target verified blocks again after the last fault
+	Problems      []string
+	Leaks         Leaks
 }
 
 // OK reports whether the run met its guarantees: no corrupted block, no
@@ -52,7 +55,7 @@ func (r *Report) Markdown() string {
 	}
 	secs := r.Ended.Sub(r.Started).Seconds()
 	p("### Soak report: %s\n\n", verdict)
-	p("- faults injected for %v (run %.0f s in all), seed %d, auth %v\n", r.Duration, secs, r.Seed, onOff(r.Auth))
+	p("- faults injected for %v (run %.0f s in all), %d full rounds (every kind once per round, random order, 1-3 s apart), seed %d, auth %v\n", r.Duration, secs, r.Rounds, r.Seed, onOff(r.Auth))
 	p("- network: %s\n", r.Network)
 	p("- workload: %d workers per target, each writing %d blocks of %s per batch to its own slice of the target's region and reading them back, without pause\n\n",
 		workersPerTgt, blocksPerOp, units.FormatSize(blockSize))

@@ -217,6 +217,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, k := range in.kinds {
 		rep.Faults = append(rep.Faults, *in.stat(k))
 	}
+	rep.Rounds = in.rounds
 	rep.Hostile = r.hostileStats.byKind
 	rep.HostileLanded = r.hostileStats.landed.Load()
 	return rep, nil

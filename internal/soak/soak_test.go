@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	duration = flag.Duration("soak.duration", 15*time.Second, "how long to inject faults (make soak: SOAK_DURATION)")
+	duration = flag.Duration("soak.duration", 25*time.Second, "how long to inject faults (make soak: SOAK_DURATION)")
 	report   = flag.String("soak.report", "", "also write the report (markdown) to this file")
 	seed     = flag.Uint64("soak.seed", 0, "fault schedule seed (0: random)")
 )
@@ -54,8 +54,8 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	for _, f := range rep.Faults {
-		if f.Count == 0 {
-			t.Errorf("no %s was injected in %v", f.Kind, *duration)
+		if f.Count == 0 && rep.Rounds > 0 {
+			t.Errorf("no %s was injected in %d rounds", f.Kind, rep.Rounds)
 		}
 		if len(f.Failed) > 0 {
 			t.Errorf("injecting %s failed: %v", f.Kind, f.Failed)

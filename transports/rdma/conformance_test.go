@@ -21,7 +21,10 @@ import (
 
 // testingOptions turns on the test-only tcp lanes; the process running the
 // transport also needs allowTesting in its environment.
-var testingOptions = []byte(`{"testing_unsafe_tcp_lanes": true}`)
+// The lanes are held to loopback: other tests create and delete network
+// interfaces (network namespaces' veth ends) while this suite runs, and a
+// worker address naming one that is gone is unreachable.
+var testingOptions = []byte(`{"testing_unsafe_tcp_lanes": true, "net_devices": "lo"}`)
 
 const allowTesting = rdma.AllowTestingEnv + "=1"
 

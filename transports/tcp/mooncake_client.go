@@ -333,8 +333,32 @@ func (p *mcPeer) exchange(l *mcLane, c *mcChunk) error {
 	if c.write {
 		out = append(out, c.mem)
 	}
+	// Mooncake's v1 acknowledges no WRITE: a WRITE is done when its bytes
+	// left, and a rejected one looks done. So each v1 WRITE is followed,
+	// on the same connection, by a 1-byte READ of its last byte: the
+	// server serves a connection's requests in order, so the answer means
+	// the WRITE was applied (and a READ elsewhere sees it), and a server
+	// that rejected the WRITE closes the connection instead.
+	barrier := c.write && !p.v2
+	var rb [mcwire.HeaderSize]byte
+	if barrier {
+		mcwire.Header{Size: 1, Addr: c.addr + uint64(len(c.mem)) - 1}.Encode(&rb)
+		out = append(out, rb[:])
+	}
 	if _, err := out.WriteTo(l.nc); err != nil {
 		return p.broken("send", err)
+	}
+	if barrier {
+		var one [1]byte
+		if _, err := io.ReadFull(l.br, one[:]); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return err
+			}
+			return fmt.Errorf("connection to Mooncake peer %s (%s): a v1 WRITE of %d bytes at 0x%x was not confirmed: the peer closed the connection (a v1 peer rejects a request that way: outside its buffers?): %v: %w",
+				p.name, p.addr, len(c.mem), c.addr, err, plugins.ErrPeerUnreachable)
+		}
+		return nil
 	}
 	if p.v2 {
 		var sb [mcwire.StatusSize]byte

@@ -5,6 +5,7 @@ package ucx_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -23,7 +24,13 @@ import (
 var lanes = []string{"tcp", "sm", "posix,cma"}
 
 func options(t testing.TB, tls string) []byte {
-	b, err := json.Marshal(map[string]any{"tls": tls})
+	o := map[string]any{"tls": tls}
+	if strings.Contains(tls, "tcp") {
+		// Loopback only: other tests add and remove network interfaces
+		// (veth ends of network namespaces) while this suite runs.
+		o["net_devices"] = "lo"
+	}
+	b, err := json.Marshal(o)
 	if err != nil {
 		t.Fatal(err)
 	}
