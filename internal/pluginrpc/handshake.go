@@ -106,3 +106,10 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
 	return proto.NewTransportClient(cc), nil
 }
+
+// Protocol features a plugin's SDK reports in InfoResponse.features.
+const (
+	// FeatureFileViews: the plugin maps a file sent once for many regions
+	// (RegisterRegionRequest.view_size) and releases it on ReleaseFile.
+	FeatureFileViews uint32 = 1 << 0
+)

@@ -62,11 +62,15 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	ApiVersion    int32                  `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	Capabilities  uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	ApiVersion   int32                  `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Capabilities uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Protocol features the plugin's SDK supports (not the transport's
+	// capabilities): bit 0 (1) file views, see RegisterRegionRequest.view_size.
+	// A plugin that leaves it 0 gets one descriptor per region.
+	Features      uint32 `protobuf:"varint,5,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,6 +129,13 @@ func (x *InfoResponse) GetApiVersion() int32 {
 func (x *InfoResponse) GetCapabilities() uint32 {
 	if x != nil {
 		return x.Capabilities
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetFeatures() uint32 {
+	if x != nil {
+		return x.Features
 	}
 	return 0
 }
@@ -277,7 +288,14 @@ type RegisterRegionRequest struct {
 	FileOffset uint64 `protobuf:"varint,4,opt,name=file_offset,json=fileOffset,proto3" json:"file_offset,omitempty"`
 	// Sequence number of the descriptor message carrying the file on the
 	// fd channel.
-	FdToken       uint64 `protobuf:"varint,5,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	FdToken uint64 `protobuf:"varint,5,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	// 0: the descriptor is this region's alone (one message per region).
+	// Otherwise fd_token names a file view, sent once for many regions
+	// (only to a plugin reporting the file views feature): the plugin maps
+	// [0, view_size) of the file once, the first time a region names the
+	// token, and the region is [file_offset, file_offset+size) of that
+	// mapping. The view stays until ReleaseFile names the token.
+	ViewSize      uint64 `protobuf:"varint,6,opt,name=view_size,json=viewSize,proto3" json:"view_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +361,13 @@ func (x *RegisterRegionRequest) GetFileOffset() uint64 {
 func (x *RegisterRegionRequest) GetFdToken() uint64 {
 	if x != nil {
 		return x.FdToken
+	}
+	return 0
+}
+
+func (x *RegisterRegionRequest) GetViewSize() uint64 {
+	if x != nil {
+		return x.ViewSize
 	}
 	return 0
 }
@@ -903,6 +928,86 @@ func (x *TransferResponse) GetBatchError() *ErrorDetail {
 	return nil
 }
 
+type ReleaseFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FdToken       uint64                 `protobuf:"varint,1,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseFileRequest) Reset() {
+	*x = ReleaseFileRequest{}
+	mi := &file_transport_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseFileRequest) ProtoMessage() {}
+
+func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseFileRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseFileRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseFileRequest) GetFdToken() uint64 {
+	if x != nil {
+		return x.FdToken
+	}
+	return 0
+}
+
+type ReleaseFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseFileResponse) Reset() {
+	*x = ReleaseFileResponse{}
+	mi := &file_transport_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseFileResponse) ProtoMessage() {}
+
+func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseFileResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseFileResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{17}
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -911,7 +1016,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1028,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1041,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_transport_proto_rawDescGZIP(), []int{18}
 }
 
 type CloseResponse struct {
@@ -947,7 +1052,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1064,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1077,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_transport_proto_rawDescGZIP(), []int{19}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -991,7 +1096,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1108,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1121,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1066,7 +1171,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1183,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1196,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1155,13 +1260,14 @@ var File_transport_proto protoreflect.FileDescriptor
 const file_transport_proto_rawDesc = "" +
 	"\n" +
 	"\x0ftransport.proto\x12\x14kvconnect.plugins.v1\"\r\n" +
-	"\vInfoRequest\"\x81\x01\n" +
+	"\vInfoRequest\"\x9d\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x05R\n" +
 	"apiVersion\x12\"\n" +
-	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\"\xbf\x01\n" +
+	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\x12\x1a\n" +
+	"\bfeatures\x18\x05 \x01(\rR\bfeatures\"\xbf\x01\n" +
 	"\vInitRequest\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x1a\n" +
@@ -1172,14 +1278,15 @@ const file_transport_proto_rawDesc = "" +
 	"\fbind_address\x18\x06 \x01(\tR\vbindAddress\"D\n" +
 	"\fInitResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\fR\bendpoint\x12\x18\n" +
-	"\asummary\x18\x02 \x01(\tR\asummary\"\x8b\x01\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\"\xa8\x01\n" +
 	"\x15RegisterRegionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\x04R\x04addr\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x1f\n" +
 	"\vfile_offset\x18\x04 \x01(\x04R\n" +
 	"fileOffset\x12\x19\n" +
-	"\bfd_token\x18\x05 \x01(\x04R\afdToken\"*\n" +
+	"\bfd_token\x18\x05 \x01(\x04R\afdToken\x12\x1b\n" +
+	"\tview_size\x18\x06 \x01(\x04R\bviewSize\"*\n" +
 	"\x16RegisterRegionResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\")\n" +
 	"\x17DeregisterRegionRequest\x12\x0e\n" +
@@ -1210,7 +1317,10 @@ const file_transport_proto_rawDesc = "" +
 	"\x10TransferResponse\x125\n" +
 	"\x06errors\x18\x01 \x03(\v2\x1d.kvconnect.plugins.v1.OpErrorR\x06errors\x12B\n" +
 	"\vbatch_error\x18\x02 \x01(\v2!.kvconnect.plugins.v1.ErrorDetailR\n" +
-	"batchError\"\x0e\n" +
+	"batchError\"/\n" +
+	"\x12ReleaseFileRequest\x12\x19\n" +
+	"\bfd_token\x18\x01 \x01(\x04R\afdToken\"\x15\n" +
+	"\x13ReleaseFileResponse\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse\"\x88\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
@@ -1228,7 +1338,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x14\n" +
 	"\x05hints\x18\x06 \x03(\tR\x05hints\x12!\n" +
 	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind\x12#\n" +
-	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xef\x05\n" +
+	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xd3\x06\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -1238,7 +1348,8 @@ const file_transport_proto_rawDesc = "" +
 	"\n" +
 	"Disconnect\x12'.kvconnect.plugins.v1.DisconnectRequest\x1a(.kvconnect.plugins.v1.DisconnectResponse\x12Y\n" +
 	"\bTransfer\x12%.kvconnect.plugins.v1.TransferRequest\x1a&.kvconnect.plugins.v1.TransferResponse\x12P\n" +
-	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponse\x12b\n" +
+	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1252,7 +1363,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
@@ -1270,16 +1381,18 @@ var file_transport_proto_goTypes = []any{
 	(*TransferRequest)(nil),          // 13: kvconnect.plugins.v1.TransferRequest
 	(*OpError)(nil),                  // 14: kvconnect.plugins.v1.OpError
 	(*TransferResponse)(nil),         // 15: kvconnect.plugins.v1.TransferResponse
-	(*CloseRequest)(nil),             // 16: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),            // 17: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),              // 18: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),              // 19: kvconnect.plugins.v1.InitFailure
+	(*ReleaseFileRequest)(nil),       // 16: kvconnect.plugins.v1.ReleaseFileRequest
+	(*ReleaseFileResponse)(nil),      // 17: kvconnect.plugins.v1.ReleaseFileResponse
+	(*CloseRequest)(nil),             // 18: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),            // 19: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),              // 20: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),              // 21: kvconnect.plugins.v1.InitFailure
 }
 var file_transport_proto_depIdxs = []int32{
 	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
 	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
-	18, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	19, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	20, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	21, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
 	0,  // 4: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
 	2,  // 5: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
 	4,  // 6: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
@@ -1287,17 +1400,19 @@ var file_transport_proto_depIdxs = []int32{
 	9,  // 8: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
 	11, // 9: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
 	13, // 10: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	16, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	1,  // 12: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 13: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 14: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 15: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 16: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 17: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	15, // 18: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	17, // 19: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	12, // [12:20] is the sub-list for method output_type
-	4,  // [4:12] is the sub-list for method input_type
+	18, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	16, // 12: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
+	1,  // 13: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 14: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	5,  // 15: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	7,  // 16: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	10, // 17: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	12, // 18: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	15, // 19: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	19, // 20: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	17, // 21: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	13, // [13:22] is the sub-list for method output_type
+	4,  // [4:13] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1314,7 +1429,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
