@@ -68,8 +68,9 @@ type InfoResponse struct {
 	ApiVersion   int32                  `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	Capabilities uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Protocol features the plugin's SDK supports (not the transport's
-	// capabilities): bit 0 (1) file views, see RegisterRegionRequest.view_size.
-	// A plugin that leaves it 0 gets one descriptor per region.
+	// capabilities): bit 0 (1) file views, see RegisterRegionRequest.view_size;
+	// bit 1 (2) rings, see OpenRing. A plugin that leaves it 0 gets one
+	// descriptor per region and every batch through Transfer.
 	Features      uint32 `protobuf:"varint,5,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1008,6 +1009,138 @@ func (*ReleaseFileResponse) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{17}
 }
 
+type OpenRingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ring file's token on the fd channel: a sealed memfd.
+	FdToken uint64 `protobuf:"varint,1,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	// The ring protocol version (1) and the layout the header repeats.
+	Version    uint32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	SqEntries  uint32 `protobuf:"varint,3,opt,name=sq_entries,json=sqEntries,proto3" json:"sq_entries,omitempty"`
+	CqEntries  uint32 `protobuf:"varint,4,opt,name=cq_entries,json=cqEntries,proto3" json:"cq_entries,omitempty"`
+	SlotSize   uint32 `protobuf:"varint,5,opt,name=slot_size,json=slotSize,proto3" json:"slot_size,omitempty"`
+	ArenaSlots uint32 `protobuf:"varint,6,opt,name=arena_slots,json=arenaSlots,proto3" json:"arena_slots,omitempty"`
+	// The sentinels' wire names: bit i of a kinds mask in the ring is
+	// kinds[i].
+	Kinds         []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRingRequest) Reset() {
+	*x = OpenRingRequest{}
+	mi := &file_transport_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRingRequest) ProtoMessage() {}
+
+func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRingRequest.ProtoReflect.Descriptor instead.
+func (*OpenRingRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *OpenRingRequest) GetFdToken() uint64 {
+	if x != nil {
+		return x.FdToken
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetSqEntries() uint32 {
+	if x != nil {
+		return x.SqEntries
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetCqEntries() uint32 {
+	if x != nil {
+		return x.CqEntries
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetSlotSize() uint32 {
+	if x != nil {
+		return x.SlotSize
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetArenaSlots() uint32 {
+	if x != nil {
+		return x.ArenaSlots
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+type OpenRingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRingResponse) Reset() {
+	*x = OpenRingResponse{}
+	mi := &file_transport_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRingResponse) ProtoMessage() {}
+
+func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRingResponse.ProtoReflect.Descriptor instead.
+func (*OpenRingResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{19}
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1016,7 +1149,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1161,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1174,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{20}
 }
 
 type CloseResponse struct {
@@ -1052,7 +1185,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1197,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1210,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{21}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -1096,7 +1229,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1241,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1254,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{20}
+	return file_transport_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1171,7 +1304,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1316,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1329,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{21}
+	return file_transport_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1320,7 +1453,19 @@ const file_transport_proto_rawDesc = "" +
 	"batchError\"/\n" +
 	"\x12ReleaseFileRequest\x12\x19\n" +
 	"\bfd_token\x18\x01 \x01(\x04R\afdToken\"\x15\n" +
-	"\x13ReleaseFileResponse\"\x0e\n" +
+	"\x13ReleaseFileResponse\"\xd8\x01\n" +
+	"\x0fOpenRingRequest\x12\x19\n" +
+	"\bfd_token\x18\x01 \x01(\x04R\afdToken\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\x12\x1d\n" +
+	"\n" +
+	"sq_entries\x18\x03 \x01(\rR\tsqEntries\x12\x1d\n" +
+	"\n" +
+	"cq_entries\x18\x04 \x01(\rR\tcqEntries\x12\x1b\n" +
+	"\tslot_size\x18\x05 \x01(\rR\bslotSize\x12\x1f\n" +
+	"\varena_slots\x18\x06 \x01(\rR\n" +
+	"arenaSlots\x12\x14\n" +
+	"\x05kinds\x18\a \x03(\tR\x05kinds\"\x12\n" +
+	"\x10OpenRingResponse\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse\"\x88\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
@@ -1338,7 +1483,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x14\n" +
 	"\x05hints\x18\x06 \x03(\tR\x05hints\x12!\n" +
 	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind\x12#\n" +
-	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xd3\x06\n" +
+	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xae\a\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -1349,7 +1494,8 @@ const file_transport_proto_rawDesc = "" +
 	"Disconnect\x12'.kvconnect.plugins.v1.DisconnectRequest\x1a(.kvconnect.plugins.v1.DisconnectResponse\x12Y\n" +
 	"\bTransfer\x12%.kvconnect.plugins.v1.TransferRequest\x1a&.kvconnect.plugins.v1.TransferResponse\x12P\n" +
 	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponse\x12b\n" +
-	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponse\x12Y\n" +
+	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1363,7 +1509,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
@@ -1383,16 +1529,18 @@ var file_transport_proto_goTypes = []any{
 	(*TransferResponse)(nil),         // 15: kvconnect.plugins.v1.TransferResponse
 	(*ReleaseFileRequest)(nil),       // 16: kvconnect.plugins.v1.ReleaseFileRequest
 	(*ReleaseFileResponse)(nil),      // 17: kvconnect.plugins.v1.ReleaseFileResponse
-	(*CloseRequest)(nil),             // 18: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),            // 19: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),              // 20: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),              // 21: kvconnect.plugins.v1.InitFailure
+	(*OpenRingRequest)(nil),          // 18: kvconnect.plugins.v1.OpenRingRequest
+	(*OpenRingResponse)(nil),         // 19: kvconnect.plugins.v1.OpenRingResponse
+	(*CloseRequest)(nil),             // 20: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),            // 21: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),              // 22: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),              // 23: kvconnect.plugins.v1.InitFailure
 }
 var file_transport_proto_depIdxs = []int32{
 	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
 	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
-	20, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	21, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	22, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	23, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
 	0,  // 4: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
 	2,  // 5: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
 	4,  // 6: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
@@ -1400,19 +1548,21 @@ var file_transport_proto_depIdxs = []int32{
 	9,  // 8: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
 	11, // 9: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
 	13, // 10: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	18, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	20, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
 	16, // 12: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
-	1,  // 13: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 14: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 15: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 16: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 17: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 18: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	15, // 19: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	19, // 20: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	17, // 21: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
-	13, // [13:22] is the sub-list for method output_type
-	4,  // [4:13] is the sub-list for method input_type
+	18, // 13: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
+	1,  // 14: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 15: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	5,  // 16: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	7,  // 17: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	10, // 18: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	12, // 19: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	15, // 20: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	21, // 21: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	17, // 22: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	19, // 23: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	14, // [14:24] is the sub-list for method output_type
+	4,  // [4:14] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1429,7 +1579,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Transport_Transfer_FullMethodName         = "/kvconnect.plugins.v1.Transport/Transfer"
 	Transport_Close_FullMethodName            = "/kvconnect.plugins.v1.Transport/Close"
 	Transport_ReleaseFile_FullMethodName      = "/kvconnect.plugins.v1.Transport/ReleaseFile"
+	Transport_OpenRing_FullMethodName         = "/kvconnect.plugins.v1.Transport/OpenRing"
 )
 
 // TransportClient is the client API for Transport service.
@@ -50,6 +51,12 @@ type TransportClient interface {
 	// ReleaseFile ends a file view (see RegisterRegionRequest.view_size):
 	// no region names its token any more, and none will.
 	ReleaseFile(ctx context.Context, in *ReleaseFileRequest, opts ...grpc.CallOption) (*ReleaseFileResponse, error)
+	// OpenRing sets up the shared-memory data path (docs/DATAPATH.md):
+	// from then on the host may submit batches through the ring file that
+	// crossed the fd channel with fd_token instead of calling Transfer. A
+	// plugin that does not implement it answers Unimplemented and is used
+	// through Transfer.
+	OpenRing(ctx context.Context, in *OpenRingRequest, opts ...grpc.CallOption) (*OpenRingResponse, error)
 }
 
 type transportClient struct {
@@ -150,6 +157,16 @@ func (c *transportClient) ReleaseFile(ctx context.Context, in *ReleaseFileReques
 	return out, nil
 }
 
+func (c *transportClient) OpenRing(ctx context.Context, in *OpenRingRequest, opts ...grpc.CallOption) (*OpenRingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenRingResponse)
+	err := c.cc.Invoke(ctx, Transport_OpenRing_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -166,6 +183,12 @@ type TransportServer interface {
 	// ReleaseFile ends a file view (see RegisterRegionRequest.view_size):
 	// no region names its token any more, and none will.
 	ReleaseFile(context.Context, *ReleaseFileRequest) (*ReleaseFileResponse, error)
+	// OpenRing sets up the shared-memory data path (docs/DATAPATH.md):
+	// from then on the host may submit batches through the ring file that
+	// crossed the fd channel with fd_token instead of calling Transfer. A
+	// plugin that does not implement it answers Unimplemented and is used
+	// through Transfer.
+	OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -202,6 +225,9 @@ func (UnimplementedTransportServer) Close(context.Context, *CloseRequest) (*Clos
 }
 func (UnimplementedTransportServer) ReleaseFile(context.Context, *ReleaseFileRequest) (*ReleaseFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseFile not implemented")
+}
+func (UnimplementedTransportServer) OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenRing not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -386,6 +412,24 @@ func _Transport_ReleaseFile_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_OpenRing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenRingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).OpenRing(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_OpenRing_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).OpenRing(ctx, req.(*OpenRingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -428,6 +472,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseFile",
 			Handler:    _Transport_ReleaseFile_Handler,
+		},
+		{
+			MethodName: "OpenRing",
+			Handler:    _Transport_OpenRing_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
