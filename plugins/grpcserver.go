@@ -11,6 +11,7 @@ import (
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
+	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
 )
 
@@ -40,6 +41,8 @@ type grpcServer struct {
 	views   map[uint64]*fileView      // by token
 	viewOf  map[RegionID]*fileView    // regions of views
 	pending map[uint64]chan struct{}  // tokens being mapped: later users wait
+	ring    *ringServer               // the data path's ring, once OpenRing set it up
+	closed  bool                      // Close or shutdown stopped the ring: no new one
 }
 
 // fileView is a file mapped once for the regions that name its token.
@@ -61,7 +64,24 @@ func (s *grpcServer) features() uint32 {
 	if s.fds == nil {
 		return 0
 	}
-	return pluginrpc.FeatureFileViews
+	f := pluginrpc.FeatureFileViews
+	if ring.Supported {
+		f |= pluginrpc.FeatureRings
+	}
+	return f
+}
+
+// OpenRing sets up the shared-memory data path: the host sent the ring
+// file over the fd channel.
+func (s *grpcServer) OpenRing(_ context.Context, req *proto.OpenRingRequest) (*proto.OpenRingResponse, error) {
+	if req.Version != ring.Version {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("open ring: version %d, this plugin speaks %d: %w", req.Version, ring.Version, ErrNotSupported))
+	}
+	l := ring.Layout{SQEntries: req.SqEntries, CQEntries: req.CqEntries, SlotSize: req.SlotSize, ArenaSlots: req.ArenaSlots}
+	if err := s.openRing(req.FdToken, l, req.Kinds); err != nil {
+		return nil, pluginrpc.ToStatus(err)
+	}
+	return &proto.OpenRingResponse{}, nil
 }
 
 func (s *grpcServer) Info(ctx context.Context, _ *proto.InfoRequest) (*proto.InfoResponse, error) {
@@ -291,6 +311,9 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 
 func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {
 	err := s.impl.Close(ctx)
+	// The transport failed its batches in flight: the ring's workers
+	// publish them and end.
+	s.stopRing()
 	if err != nil {
 		// The transport may still use region memory: keep it mapped (the
 		// process is about to end anyway).
@@ -319,7 +342,9 @@ func (s *grpcServer) unmapAll() {
 func (s *grpcServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.impl.Close(ctx); err != nil {
+	err := s.impl.Close(ctx)
+	s.stopRing()
+	if err != nil {
 		// Leave the regions mapped: the transport may still touch them, and
 		// the process is exiting, which unmaps them safely.
 		s.log.Warn("closing the transport at plugin exit", zap.Error(err))

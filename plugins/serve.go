@@ -3,7 +3,9 @@ package plugins
 import (
 	"net"
 	"os"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
@@ -19,9 +21,16 @@ import (
 //
 // A binary built with Serve refuses to run when started by hand (without
 // the host's handshake cookie) and says so.
+//
+// With KVCONNECT_PLUGIN_CPUPROFILE set to a file name (%p in it becomes
+// the process id) the process writes a pprof CPU profile of its whole
+// life there, for profiling the plugin side of the data path.
 func Serve(t Transport) {
 	pluginrpc.RefuseOtherSDK()
 	log := pluginrpc.PluginLogger(pluginrpc.StderrSyncer(), os.Getenv(pluginrpc.EnvLogLevel))
+	if stop := startProfile(log); stop != nil {
+		defer stop()
+	}
 	var fds *pluginrpc.FDReceiver
 	if v := os.Getenv(pluginrpc.EnvFDChannel); v != "" {
 		fd, err := strconv.Atoi(v)
@@ -79,4 +88,28 @@ func ServeListener(lis net.Listener, t Transport, fdChannel *os.File, log *zap.L
 		<-done
 		srv.shutdown()
 	}, nil
+}
+
+// startProfile starts the CPU profile KVCONNECT_PLUGIN_CPUPROFILE asks
+// for, and returns what stops it (nil when none was asked for).
+func startProfile(log *zap.Logger) func() {
+	name := os.Getenv(pluginrpc.EnvPluginCPUProfile)
+	if name == "" {
+		return nil
+	}
+	name = strings.ReplaceAll(name, "%p", strconv.Itoa(os.Getpid()))
+	f, err := os.Create(name)
+	if err != nil {
+		log.Warn("cannot write the CPU profile", zap.String(pluginrpc.EnvPluginCPUProfile, name), zap.Error(err))
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		log.Warn("cannot start the CPU profile", zap.String(pluginrpc.EnvPluginCPUProfile, name), zap.Error(err))
+		return nil
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
