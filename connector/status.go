@@ -1,5 +1,7 @@
 package connector
 
+import "github.com/kvconnect/kvconnect/plugins/host"
+
 // TransportStatus describes one transport the node has up.
 type TransportStatus struct {
 	Name      string `json:"name"`
@@ -10,6 +12,10 @@ type TransportStatus struct {
 	Healthy   bool   `json:"healthy"`
 	Problem   string `json:"problem,omitempty"`
 	Restarts  int    `json:"restarts,omitempty"` // plugin restarts after crashes
+	// DataPath is how batches reach a plugin: "ring" (shared-memory
+	// queues, docs/DATAPATH.md) or "grpc" (a call per batch); empty
+	// in-process.
+	DataPath string `json:"data_path,omitempty"`
 }
 
 // Status describes a running connector.
@@ -49,6 +55,7 @@ func (c *Connector) Status() Status {
 		ts := TransportStatus{Name: at.name, Summary: at.res.Summary, Mode: at.mode(), Healthy: at.crashed == nil, Restarts: at.restarts}
 		if at.plugin != nil {
 			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
+			ts.DataPath = host.DataPath(at.plugin)
 		}
 		if at.crashed != nil {
 			ts.Problem = at.crashed.Error()

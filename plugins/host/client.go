@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,6 +29,12 @@ type grpcClient struct {
 	// ErrTransportCrashed or ErrClosed, or a nil error while it runs. nil
 	// for a transport served in memory.
 	crashed func() (string, error)
+	// exited is closed when the plugin process exits (nil in memory).
+	exited <-chan struct{}
+	log    *zap.Logger
+	// ring is the shared-memory data path, once set up after Init
+	// (ring.go); nil: every batch is a Transfer call.
+	ring atomic.Pointer[ringClient]
 
 	regMu sync.Mutex // keeps fd sends and their RegisterRegion calls in order
 
@@ -91,6 +98,7 @@ func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins
 	if err != nil {
 		return plugins.InitResult{}, c.fromStatus(ctx, "init", err)
 	}
+	c.openRing(ctx)
 	return plugins.InitResult{Endpoint: r.Endpoint, Summary: r.Summary}, nil
 }
 
@@ -240,6 +248,11 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 		plugins.FillResults(results, err)
 		return err
 	}
+	if rc := c.ring.Load(); rc != nil && rc.usable() {
+		if err := rc.transfer(ctx, peer, ops, results); !errors.Is(err, errNotForRing) {
+			return err
+		}
+	}
 	packed := make([]byte, 0, len(ops)*pluginrpc.OpRecordSize)
 	for i := range ops {
 		packed = pluginrpc.AppendOp(packed, opToWire(&ops[i]))
@@ -266,8 +279,11 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 	return pluginrpc.FromDetail(resp.BatchError)
 }
 
+// Close closes the transport, then the ring: batches the transport
+// failed on closing come back through it first.
 func (c *grpcClient) Close(ctx context.Context) error {
 	_, err := c.rpc.Close(ctx, &proto.CloseRequest{})
+	c.closeRing()
 	return c.fromStatus(ctx, "close", err)
 }
 
