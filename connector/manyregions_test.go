@@ -269,7 +269,7 @@ func TestManyRegionsNode(t *testing.T) {
 	say("released ok")
 }
 
-// memfds counts the kvconnect memfds process pid holds open.
+// memfds counts the memfds of kvconnect's slabs process pid holds open.
 func memfds(pid int) int {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, err := os.ReadDir(dir)
@@ -278,20 +278,20 @@ func memfds(pid int) int {
 	}
 	n := 0
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(l, "/memfd:kvconnect:") {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(l, "/memfd:kvconnect:slab-") {
 			n++
 		}
 	}
 	return n
 }
 
-// memfdMaps counts the mappings of kvconnect memfds in process pid.
+// memfdMaps counts the mappings of kvconnect's slabs in process pid.
 func memfdMaps(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return -1
 	}
-	return strings.Count(string(b), "/memfd:kvconnect:")
+	return strings.Count(string(b), "/memfd:kvconnect:slab-")
 }
 
 // mooncakeMetadata asks session for its descriptor as a Mooncake peer
