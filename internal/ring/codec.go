@@ -104,7 +104,10 @@ func DecodeResults(a Area, c Comp, k Kinds, who string, failed func(i int, err e
 	if c.NRec > uint32(n) {
 		return nil, fmt.Errorf("ring: %s completed a batch of %d ops with %d failed-op records: %w", who, n, c.NRec, errdefs.ErrProtocol)
 	}
-	seen := make([]uint64, (n+63)/64)
+	var seen []uint64
+	if c.NRec > 0 {
+		seen = make([]uint64, (n+63)/64)
+	}
 	for j := 0; j < int(c.NRec); j++ {
 		r := a.record(j)
 		if r.Index >= uint32(n) {

@@ -19,5 +19,3 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 // futexWake does nothing on this platform.
 func futexWake(addr *uint32, n int) {}
 
-// osYield does nothing on this platform.
-func osYield() {}

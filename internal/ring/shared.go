@@ -161,9 +161,6 @@ func SpinUntil(t time.Time) Spinner { return Spinner{until: t} }
 // Spin reports whether the spin budget lasts; call it once per check.
 func (sp *Spinner) Spin() bool {
 	sp.n++
-	if yieldOS {
-		osYield()
-	}
 	if sp.n%64 == 0 {
 		runtime.Gosched()
 		return time.Now().Before(sp.until)
@@ -200,11 +197,9 @@ func SpinFor(env string, def time.Duration) time.Duration {
 	return def
 }
 
-// Tuning knobs (environment variables) for the spin budgets.
+// Tuning knobs (environment variables) fixing the spin budgets: a Go
+// duration, or 0 for no spinning.
 const (
 	EnvHostSpin   = "KVCONNECT_RING_HOST_SPIN"
 	EnvPluginSpin = "KVCONNECT_RING_PLUGIN_SPIN"
-	EnvYield      = "KVCONNECT_RING_YIELD"
 )
-
-var yieldOS = os.Getenv(EnvYield) == "1"

@@ -88,7 +88,9 @@ type ringClient struct {
 	nextID  uint64
 	polling bool
 	reaping bool
-	space   chan struct{} // closed (and replaced) when a batch leaves pending
+	space   chan struct{} // closed (and replaced) when a batch leaves pending and spaceWaiters > 0
+	// spaceWaiters counts submitters waiting for room.
+	spaceWaiters int
 	dead    chan struct{} // closed when the ring stops: deadErr says why
 	deadErr error
 	users   sync.WaitGroup // transfers and the reaper, which read the ring
@@ -269,14 +271,21 @@ func (rc *ringClient) submit(ctx context.Context, peer plugins.PeerID, ops []plu
 			}
 		}
 		space := rc.space
+		rc.spaceWaiters++
 		rc.mu.Unlock()
+		var err error
 		select {
 		case <-space:
 		case <-rc.dead:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("plugin %s: transfer: waiting for room in the ring: %w", rc.name, errdefs.FromContext(ctx.Err()))
+			err = fmt.Errorf("plugin %s: transfer: waiting for room in the ring: %w", rc.name, errdefs.FromContext(ctx.Err()))
 		}
 		rc.mu.Lock()
+		rc.spaceWaiters--
+		if err != nil {
+			rc.mu.Unlock()
+			return nil, err
+		}
 	}
 	rc.nextID++
 	off := uint64(slot) * uint64(rc.l.SlotSize)
@@ -578,8 +587,10 @@ func (rc *ringClient) dropLocked(b *ringBatch) {
 	case b.wake <- struct{}{}:
 	default:
 	}
-	close(rc.space)
-	rc.space = make(chan struct{})
+	if rc.spaceWaiters > 0 {
+		close(rc.space)
+		rc.space = make(chan struct{})
+	}
 }
 
 // allocLocked reserves n contiguous arena slots, first fit, and returns
