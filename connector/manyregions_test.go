@@ -361,3 +361,54 @@ func TestRestartSendsEveryFileAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleNodeBurnsNoCPU: after batches through the tcp plugin's ring,
+// an idle node (host and plugin) uses under 1% of a core.
+// KVCONNECT_TEST_IDLE sets how long it measures (default 2s).
+func TestIdleNodeBurnsNoCPU(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	src, dst := alloc(t, a, 4096), alloc(t, b, 4096)
+	peer, err := a.Open(ctx, b.SessionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5000; i++ {
+		if err := a.Transfer(ctx, peer, connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: dst.ID(), Length: 4096}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dp := a.Status().Transports[0].DataPath; dp != "ring" {
+		t.Fatalf("data path %q, want ring", dp)
+	}
+	time.Sleep(100 * time.Millisecond) // let spinners time out
+	idle := 2 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KVCONNECT_TEST_IDLE")); err == nil {
+		idle = d
+	}
+	pids := []int{os.Getpid(), a.Status().PluginPID, b.Status().PluginPID}
+	before := make([]float64, len(pids))
+	for i, pid := range pids {
+		before[i] = statTicks(t, pid)
+	}
+	time.Sleep(idle) // measuring idleness: nothing to wait for
+	for i, pid := range pids {
+		used := (statTicks(t, pid) - before[i]) / 100 // USER_HZ
+		t.Logf("pid %d: %.2f s of CPU in %v idle (%.2f%% of a core)", pid, used, idle, 100*used/idle.Seconds())
+		if used > idle.Seconds()*0.01+0.01 {
+			t.Errorf("pid %d used %.2f s of CPU in %v idle", pid, used, idle)
+		}
+	}
+}
+
+func statTicks(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return u + s
+}

@@ -347,7 +347,10 @@ func TestRingIdleCostsNothing(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // let the spinners time out
 	host0, plugin0 := cpuTicks(t, os.Getpid()), cpuTicks(t, p.Pid())
-	const idle = 2 * time.Second
+	idle := 2 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KVCONNECT_TEST_IDLE")); err == nil {
+		idle = d // for the 10 s measurement in docs/DATAPATH.md
+	}
 	time.Sleep(idle) // measuring idleness: nothing to wait for
 	host, plugin := cpuTicks(t, os.Getpid())-host0, cpuTicks(t, p.Pid())-plugin0
 	hz := 100.0 // USER_HZ
