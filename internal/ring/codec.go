@@ -100,6 +100,18 @@ func EncodeResults(a Area, id uint64, k Kinds, n int, errAt func(i int) error, b
 // who names the plugin in messages it makes up. It never panics,
 // whatever the area holds.
 func DecodeResults(a Area, c Comp, k Kinds, who string, failed func(i int, err error)) (batchErr, perr error) {
+	if c.NRec == 0 && c.Flags&FlagBatchError == 0 {
+		return nil, nil // every op completed: the common case, kept small
+	}
+	return decodeFailures(a, c, k, who, failed)
+}
+
+// decodeFailures is DecodeResults for a batch with failures. It is kept
+// out of line: its frame is large, and the common case runs on fresh
+// goroutine stacks that would otherwise be copied to grow.
+//
+//go:noinline
+func decodeFailures(a Area, c Comp, k Kinds, who string, failed func(i int, err error)) (batchErr, perr error) {
 	n := a.Len()
 	if c.NRec > uint32(n) {
 		return nil, fmt.Errorf("ring: %s completed a batch of %d ops with %d failed-op records: %w", who, n, c.NRec, errdefs.ErrProtocol)

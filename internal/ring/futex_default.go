@@ -18,4 +18,3 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 
 // futexWake does nothing on this platform.
 func futexWake(addr *uint32, n int) {}
-

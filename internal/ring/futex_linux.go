@@ -37,4 +37,3 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 func futexWake(addr *uint32, n int) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(n), 0, 0, 0)
 }
-

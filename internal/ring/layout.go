@@ -23,7 +23,7 @@ import (
 )
 
 // Magic is the first 8 bytes of a ring file ("KVCRING1").
-const Magic uint64 = 0x31474e4952435643
+const Magic uint64 = 0x31474e495243564b
 
 // Version is the ring protocol version in the header.
 const Version = 1

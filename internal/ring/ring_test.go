@@ -395,3 +395,51 @@ func FuzzCheckSub(f *testing.F) {
 		_ = a.Op(a.Len() - 1)
 	})
 }
+
+func TestAdaptBudgets(t *testing.T) {
+	us := time.Microsecond
+	for _, tc := range []struct {
+		name  string
+		waits []time.Duration
+		fixed time.Duration
+		want  time.Duration
+	}{
+		{"nothing learned", nil, 0, minSpin},
+		{"short waits", []time.Duration{2 * us, 3 * us}, 0, minSpin},
+		{"twice the mean", []time.Duration{30 * us}, 0, 60 * us},
+		{"capped", []time.Duration{90 * us}, 0, 100 * us},
+		{"beyond the cap: hardly spin", []time.Duration{5 * time.Millisecond}, 0, minSpin / 2},
+		{"fixed", []time.Duration{5 * time.Millisecond}, 7 * us, 7 * us},
+		{"never", nil, -1, 0},
+		{"negative waits ignored", []time.Duration{-5 * us, 30 * us}, 0, 60 * us},
+	} {
+		a := &Adapt{Max: 100 * us, Fixed: tc.fixed}
+		for _, w := range tc.waits {
+			a.Observe(w)
+		}
+		if got := a.Budget(); got != tc.want {
+			t.Errorf("%s: budget %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// It follows a change: after long waits, short ones bring it back.
+	a := &Adapt{Max: 100 * us}
+	a.Observe(3 * time.Millisecond)
+	for i := 0; i < 64; i++ {
+		a.Observe(20 * us)
+	}
+	if got := a.Budget(); got > 50*us {
+		t.Errorf("after 64 short waits the budget is %v", got)
+	}
+	t.Setenv(EnvHostSpin, "0")
+	if NewAdapt(EnvHostSpin, us).Budget() != 0 {
+		t.Error("a knob of 0 still spins")
+	}
+	t.Setenv(EnvHostSpin, "15us")
+	if NewAdapt(EnvHostSpin, us).Budget() != 15*us {
+		t.Error("a knob of 15us is not 15us")
+	}
+	t.Setenv(EnvHostSpin, "bogus")
+	if NewAdapt(EnvHostSpin, 100*us).Budget() != minSpin {
+		t.Error("a malformed knob is not ignored")
+	}
+}

@@ -91,11 +91,11 @@ type ringClient struct {
 	space   chan struct{} // closed (and replaced) when a batch leaves pending and spaceWaiters > 0
 	// spaceWaiters counts submitters waiting for room.
 	spaceWaiters int
-	dead    chan struct{} // closed when the ring stops: deadErr says why
-	deadErr error
-	users   sync.WaitGroup // transfers and the reaper, which read the ring
-	stopped chan struct{}  // closed by close, for watch
-	once    sync.Once
+	dead         chan struct{} // closed when the ring stops: deadErr says why
+	deadErr      error
+	users        sync.WaitGroup // transfers and the reaper, which read the ring
+	stopped      chan struct{}  // closed by close, for watch
+	once         sync.Once
 }
 
 // ringStats count how waits ended, for the debug log at close.
@@ -520,7 +520,7 @@ func (rc *ringClient) drain() {
 		return
 	}
 	if tail-rc.cqHead > rc.l.CQEntries {
-		rc.breakRing(fmt.Errorf("ring: CQ tail %d is more than the queue's %d entries ahead of the %d completions read: %w", tail, rc.l.CQEntries, rc.cqHead, errdefs.ErrProtocol))
+		rc.breakRing(errCQAhead(tail, rc.l.CQEntries, rc.cqHead))
 		return
 	}
 	for ; rc.cqHead != tail; rc.cqHead++ {
@@ -539,32 +539,55 @@ func (rc *ringClient) complete(c ring.Comp) error {
 	defer rc.mu.Unlock()
 	b := rc.pending[c.ID]
 	if b == nil {
-		return fmt.Errorf("ring: completion of batch %d, which is not in flight: %w", c.ID, errdefs.ErrProtocol)
+		return errNotInFlight(c.ID)
 	}
 	// Spin for how long the plugin takes to publish, not for how long
 	// this process took to notice (its own wake-ups would keep it from
 	// ever spinning again). The stamp is the plugin's: only a hint.
-	if posted := time.Unix(0, c.Posted); posted.After(b.start) && !posted.After(time.Now()) {
-		rc.rtt.Observe(posted.Sub(b.start))
+	if posted := c.Posted - b.start.UnixNano(); posted > 0 && c.Posted <= time.Now().UnixNano() {
+		rc.rtt.Observe(time.Duration(posted))
 	}
 	if b.results != nil {
 		plugins.FillResults(b.results, nil)
-		results := b.results
-		who := "plugin " + rc.name
-		batchErr, perr := ring.DecodeResults(b.area, c, rc.kinds, who, func(i int, err error) { results[i].Err = err })
-		if perr != nil {
-			perr = fmt.Errorf("plugin %s: transfer: %w", rc.name, perr)
-			plugins.FillResults(results, perr)
-			b.err = perr
-			b.done = true
-			rc.dropLocked(b)
-			return perr
+		if c.NRec != 0 || c.Flags&ring.FlagBatchError != 0 {
+			if perr := rc.failures(b, c); perr != nil {
+				return perr
+			}
 		}
-		b.err = batchErr
 		b.done = true
 	}
 	rc.dropLocked(b)
 	return nil
+}
+
+// failures applies the records of a batch with failures; a protocol
+// error fails the whole batch. It is out of line (its frame is large;
+// complete runs on fresh goroutine stacks).
+//
+//go:noinline
+func (rc *ringClient) failures(b *ringBatch, c ring.Comp) error {
+	results := b.results
+	batchErr, perr := ring.DecodeResults(b.area, c, rc.kinds, "plugin "+rc.name, func(i int, err error) { results[i].Err = err })
+	if perr != nil {
+		perr = fmt.Errorf("plugin %s: transfer: %w", rc.name, perr)
+		plugins.FillResults(results, perr)
+		b.err = perr
+		b.done = true
+		rc.dropLocked(b)
+		return perr
+	}
+	b.err = batchErr
+	return nil
+}
+
+//go:noinline
+func errNotInFlight(id uint64) error {
+	return fmt.Errorf("ring: completion of batch %d, which is not in flight: %w", id, errdefs.ErrProtocol)
+}
+
+//go:noinline
+func errCQAhead(tail, entries, head uint32) error {
+	return fmt.Errorf("ring: CQ tail %d is more than the queue's %d entries ahead of the %d completions read: %w", tail, entries, head, errdefs.ErrProtocol)
 }
 
 // dropLocked takes b out of pending and frees its area, waking its
