@@ -187,7 +187,7 @@ func (s *ringServer) work(j job) {
 		}
 		s.r.Add(ring.SQSpin, 1)
 		jobs := buf[:0]
-		for sp := ring.NewSpinner(budget); sp.Spin() && !s.stopping.Load(); {
+		for sp := ring.NewSpinner(budget, s.gap); sp.Spin() && !s.stopping.Load(); {
 			if s.r.Load(ring.SQTail) != s.seen.Load() {
 				if jobs = s.claim(jobs); len(jobs) > 0 {
 					break

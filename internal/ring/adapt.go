@@ -16,12 +16,24 @@ import (
 // would end them wait for a processor, and spinning would take it.
 const minSpin = 20 * time.Microsecond
 
+// A spinner that finds the clock jumped by more than preemptedAfter
+// between two looks was descheduled: the machine has more runnable
+// threads than processors, and spinning only takes a processor from the
+// thread that would end the wait. Budgets are then 0 for quietFor.
+const (
+	preemptedAfter = 30 * time.Microsecond
+	quietFor       = 50 * time.Millisecond
+)
+
 // Adapt learns a typical wait (an exponentially weighted mean of the
 // waits it is told about) and turns it into a spin budget of at most
 // Max. It is safe for concurrent use; concurrent updates may lose one
 // another, which only makes it learn a little slower.
 type Adapt struct {
 	mean atomic.Int64 // ns
+	// quiet is when spinning may resume after a spinner was descheduled
+	// (Unix ns).
+	quiet atomic.Int64
 	// Max caps the budget; waits longer than it get minSpin/2.
 	Max time.Duration
 	// Fixed, when set (> 0, or < 0 for no spinning), replaces the
@@ -54,6 +66,8 @@ func (a *Adapt) Budget() time.Duration {
 		return a.Fixed
 	case a.Fixed < 0:
 		return 0
+	case a.quiet.Load() > time.Now().UnixNano():
+		return 0
 	}
 	m := a.Mean()
 	switch {
@@ -76,3 +90,7 @@ func NewAdapt(env string, max time.Duration) *Adapt {
 	}
 	return a
 }
+
+// Preempted records that a spinner was descheduled: no spinning for a
+// while (fixed budgets still spin).
+func (a *Adapt) Preempted() { a.quiet.Store(time.Now().Add(quietFor).UnixNano()) }

@@ -145,18 +145,24 @@ func (s *Shared) NotifyCQ() {
 }
 
 // Spinner is a bounded busy wait: Spin reports whether to keep spinning,
-// yielding the processor now and then so other goroutines run. The zero
-// value is unusable; make one with NewSpinner.
+// yielding the processor now and then so other goroutines run. When it
+// finds it was descheduled it stops and tells its Adapt. The zero value
+// is unusable; make one with NewSpinner or SpinUntil.
 type Spinner struct {
 	until time.Time
+	last  time.Time
+	a     *Adapt
 	n     int
 }
 
-// NewSpinner spins for d.
-func NewSpinner(d time.Duration) Spinner { return Spinner{until: time.Now().Add(d)} }
+// NewSpinner spins for d; a (may be nil) learns of preemptions.
+func NewSpinner(d time.Duration, a *Adapt) Spinner {
+	now := time.Now()
+	return Spinner{until: now.Add(d), last: now, a: a}
+}
 
-// SpinUntil spins until t.
-func SpinUntil(t time.Time) Spinner { return Spinner{until: t} }
+// SpinUntil spins until t; a (may be nil) learns of preemptions.
+func SpinUntil(t time.Time, a *Adapt) Spinner { return Spinner{until: t, last: time.Now(), a: a} }
 
 // Spin reports whether the spin budget lasts; call it once per check.
 // It reads the clock every 128 checks and yields the processor to other
@@ -170,7 +176,15 @@ func (sp *Spinner) Spin() bool {
 	if sp.n%2048 == 0 {
 		runtime.Gosched()
 	}
-	return time.Now().Before(sp.until)
+	now := time.Now()
+	if now.Sub(sp.last) > preemptedAfter {
+		if sp.a != nil {
+			sp.a.Preempted()
+		}
+		return false
+	}
+	sp.last = now
+	return now.Before(sp.until)
 }
 
 // Sleep waits, without spinning, until w differs from seen, someone calls

@@ -497,7 +497,7 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 		} else if budget == 0 {
 			until = time.Time{}
 		}
-		for sp := ring.SpinUntil(until); rc.r.Load(ring.CQTail) == seen && sp.Spin(); {
+		for sp := ring.SpinUntil(until, rc.rtt); rc.r.Load(ring.CQTail) == seen && sp.Spin(); {
 		}
 		if rc.r.Load(ring.CQTail) != seen {
 			rc.stats.caught.Add(1)
