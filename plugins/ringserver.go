@@ -187,13 +187,15 @@ func (s *ringServer) work(j job) {
 		}
 		s.r.Add(ring.SQSpin, 1)
 		jobs := buf[:0]
-		for sp := ring.NewSpinner(budget, s.gap); sp.Spin() && !s.stopping.Load(); {
+		sp := ring.NewSpinner(budget, s.gap)
+		for sp.Spin() && !s.stopping.Load() {
 			if s.r.Load(ring.SQTail) != s.seen.Load() {
 				if jobs = s.claim(jobs); len(jobs) > 0 {
 					break
 				}
 			}
 		}
+		sp.Done()
 		s.r.Add(ring.SQSpin, -1)
 		// What the host published while this worker still counted as
 		// spinning, it did not wake the sleeper for.

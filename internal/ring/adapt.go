@@ -17,12 +17,15 @@ import (
 const minSpin = 20 * time.Microsecond
 
 // A spinner that finds the clock jumped by more than preemptedAfter
-// between two looks was descheduled: the machine has more runnable
-// threads than processors, and spinning only takes a processor from the
-// thread that would end the wait. Budgets are then 0 for quietFor.
+// between two looks was descheduled. An occasional preemption is noise;
+// when more than a quarter of the last spinWindow spins were preempted
+// the machine has more runnable threads than processors, and spinning
+// only takes a processor from the thread that would end the wait: then
+// only one wait in probeEvery spins (to notice when the load passes).
 const (
 	preemptedAfter = 30 * time.Microsecond
-	quietFor       = 50 * time.Millisecond
+	spinWindow     = 64
+	probeEvery     = 16
 )
 
 // Adapt learns a typical wait (an exponentially weighted mean of the
@@ -31,9 +34,11 @@ const (
 // another, which only makes it learn a little slower.
 type Adapt struct {
 	mean atomic.Int64 // ns
-	// quiet is when spinning may resume after a spinner was descheduled
-	// (Unix ns).
-	quiet atomic.Int64
+	// Spins and the preempted ones in the current window; contended
+	// says the last full window had too many preempted; calls counts
+	// Budget calls, for probing.
+	spins, preempts, calls atomic.Int32
+	contended              atomic.Bool
 	// Max caps the budget; waits longer than it get minSpin/2.
 	Max time.Duration
 	// Fixed, when set (> 0, or < 0 for no spinning), replaces the
@@ -66,7 +71,7 @@ func (a *Adapt) Budget() time.Duration {
 		return a.Fixed
 	case a.Fixed < 0:
 		return 0
-	case a.quiet.Load() > time.Now().UnixNano():
+	case a.contended.Load() && a.calls.Add(1)%probeEvery != 0:
 		return 0
 	}
 	m := a.Mean()
@@ -91,6 +96,16 @@ func NewAdapt(env string, max time.Duration) *Adapt {
 	return a
 }
 
-// Preempted records that a spinner was descheduled: no spinning for a
-// while (fixed budgets still spin).
-func (a *Adapt) Preempted() { a.quiet.Store(time.Now().Add(quietFor).UnixNano()) }
+// spun records the end of one spin, preempted or not, and updates
+// contended at the end of each window.
+func (a *Adapt) spun(preempted bool) {
+	if preempted {
+		a.preempts.Add(1)
+	}
+	if a.spins.Add(1) < spinWindow {
+		return
+	}
+	a.contended.Store(a.preempts.Load() > spinWindow/4)
+	a.spins.Store(0)
+	a.preempts.Store(0)
+}

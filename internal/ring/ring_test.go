@@ -443,3 +443,34 @@ func TestAdaptBudgets(t *testing.T) {
 		t.Error("a malformed knob is not ignored")
 	}
 }
+
+// TestAdaptContention: when more than a quarter of recent spins were
+// preempted, budgets are 0 but for one probe in probeEvery; a window of
+// clean spins brings spinning back.
+func TestAdaptContention(t *testing.T) {
+	a := &Adapt{Max: 100 * time.Microsecond}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(i%8 == 0) // an eighth preempted: noise
+	}
+	if a.Budget() == 0 {
+		t.Fatal("occasional preemptions stopped spinning")
+	}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(i%2 == 0)
+	}
+	spins := 0
+	for i := 0; i < 10*probeEvery; i++ {
+		if a.Budget() > 0 {
+			spins++
+		}
+	}
+	if spins != 10 {
+		t.Fatalf("contended: %d of %d budgets spin, want 10", spins, 10*probeEvery)
+	}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(false)
+	}
+	if a.Budget() == 0 {
+		t.Fatal("spinning did not come back after a clean window")
+	}
+}

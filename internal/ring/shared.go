@@ -146,13 +146,15 @@ func (s *Shared) NotifyCQ() {
 
 // Spinner is a bounded busy wait: Spin reports whether to keep spinning,
 // yielding the processor now and then so other goroutines run. When it
-// finds it was descheduled it stops and tells its Adapt. The zero value
-// is unusable; make one with NewSpinner or SpinUntil.
+// finds it was descheduled it stops. Its Adapt, if any, learns how many
+// spins were: call Done after the loop. The zero value is unusable; make
+// one with NewSpinner or SpinUntil.
 type Spinner struct {
-	until time.Time
-	last  time.Time
-	a     *Adapt
-	n     int
+	until     time.Time
+	last      time.Time
+	a         *Adapt
+	n         int
+	preempted bool
 }
 
 // NewSpinner spins for d; a (may be nil) learns of preemptions.
@@ -178,13 +180,19 @@ func (sp *Spinner) Spin() bool {
 	}
 	now := time.Now()
 	if now.Sub(sp.last) > preemptedAfter {
-		if sp.a != nil {
-			sp.a.Preempted()
-		}
+		sp.preempted = true
 		return false
 	}
 	sp.last = now
 	return now.Before(sp.until)
+}
+
+// Done ends a spin that had a budget, telling its Adapt whether it was
+// preempted.
+func (sp *Spinner) Done() {
+	if sp.a != nil && sp.until.After(sp.last) {
+		sp.a.spun(sp.preempted)
+	}
 }
 
 // Sleep waits, without spinning, until w differs from seen, someone calls

@@ -497,8 +497,10 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 		} else if budget == 0 {
 			until = time.Time{}
 		}
-		for sp := ring.SpinUntil(until, rc.rtt); rc.r.Load(ring.CQTail) == seen && sp.Spin(); {
+		sp := ring.SpinUntil(until, rc.rtt)
+		for rc.r.Load(ring.CQTail) == seen && sp.Spin() {
 		}
+		sp.Done()
 		if rc.r.Load(ring.CQTail) != seen {
 			rc.stats.caught.Add(1)
 		} else {
