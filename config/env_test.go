@@ -243,7 +243,8 @@ func TestUnknownKVConnectEnv(t *testing.T) {
 		t.Errorf("single underscores: %v", ps)
 	}
 	l := mustLoad(t, Options{Environ: []string{"KVCONNECT_SOMETHING_ELSE_ENTIRELY=1", "KVCONNECT_FD_CHANNEL=3",
-		"KVCONNECT_PLUGIN_LOG_LEVEL=debug", "KVCONNECT_TRANSPORT_PLUGIN=x", "KVCONNECT_GRPC_MAX_MESSAGE=5"}})
+		"KVCONNECT_PLUGIN_LOG_LEVEL=debug", "KVCONNECT_TRANSPORT_PLUGIN=x", "KVCONNECT_GRPC_MAX_MESSAGE=5",
+		"KVCONNECT_PLUGIN_RINGS=0", "KVCONNECT_PLUGIN_CPUPROFILE=/tmp/p.prof", "KVCONNECT_RING_HOST_SPIN=10us", "KVCONNECT_RING_PLUGIN_SPIN=0"}})
 	if len(l.Warnings) != 1 || l.Warnings[0].Key != "KVCONNECT_SOMETHING_ELSE_ENTIRELY" {
 		t.Errorf("warnings %v", l.Warnings)
 	}

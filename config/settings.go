@@ -202,6 +202,11 @@ var internalEnv = map[string]bool{
 	"KVCONNECT_GRPC_MAX_MESSAGE": true,
 	"KVCONNECT_PLUGIN_LOG_LEVEL": true,
 	"KVCONNECT_TRANSPORT_PLUGIN": true,
+	// The plugin data path's switches and tuning knobs (docs/DATAPATH.md).
+	"KVCONNECT_PLUGIN_RINGS":      true,
+	"KVCONNECT_PLUGIN_CPUPROFILE": true,
+	"KVCONNECT_RING_HOST_SPIN":    true,
+	"KVCONNECT_RING_PLUGIN_SPIN":  true,
 	// Read by transports (the rdma transport's test-only tcp lanes).
 	"KVCONNECT_ALLOW_TESTING_OPTIONS": true,
 	// Read by tests and make bench: where Mooncake's binaries are.

@@ -13,6 +13,7 @@ import (
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
 )
@@ -63,6 +64,9 @@ type Connector struct {
 	// restarted transport gets every region.
 	regMu sync.Mutex
 
+	pool  *shm.Pool // the memory Alloc hands out
+	views fileViews // the caller files RegisterFile mapped
+
 	mu           sync.Mutex
 	closed       bool
 	regions      map[RegionID]*Region
@@ -95,7 +99,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	}
 	cfg = cfg.WithDefaults()
 	c := &Connector{auth: keys,
-		cfg: cfg, opts: o, log: o.log, started: time.Now(),
+		cfg: cfg, opts: o, log: o.log, started: time.Now(), pool: shm.NewPool("", shm.DefaultSlabSize),
 		regions: map[RegionID]*Region{}, draining: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/host"
@@ -139,8 +140,17 @@ func TestEndToEndPlugin(t *testing.T) {
 // TestNoPayloadInGRPC caps the plugin's gRPC messages at 16 KiB both ways:
 // a 64 MiB transfer still succeeds because its bytes never cross gRPC,
 // while a batch whose op list alone exceeds the cap is refused, which
-// shows the cap is in force.
+// shows the cap is in force. With the shared-memory rings (the default)
+// not even that batch crosses gRPC: it goes through.
 func TestNoPayloadInGRPC(t *testing.T) {
+	t.Run("grpc", func(t *testing.T) {
+		t.Setenv(pluginrpc.EnvRings, "0")
+		testNoPayloadInGRPC(t, false)
+	})
+	t.Run("ring", func(t *testing.T) { testNoPayloadInGRPC(t, true) })
+}
+
+func testNoPayloadInGRPC(t *testing.T, rings bool) {
 	const limit = 16 << 10
 	capGRPC := connector.WithLaunchHook(func(lc *host.LaunchConfig) {
 		lc.GRPCMaxMessageSize = limit
@@ -172,7 +182,17 @@ func TestNoPayloadInGRPC(t *testing.T) {
 	for i := range many {
 		many[i] = connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: dst.ID(), RemoteOffset: uint64(i), Length: 1}
 	}
-	if err := a.Transfer(ctx, peer, many...); err == nil {
+	err = a.Transfer(ctx, peer, many...)
+	if rings {
+		if dp := a.Status().Transports[0].DataPath; dp != "ring" {
+			t.Fatalf("data path %q, want ring", dp)
+		}
+		if err != nil {
+			t.Fatalf("a batch whose op list exceeds the gRPC cap, through the ring: %v", err)
+		}
+		return
+	}
+	if err == nil {
 		t.Fatal("a batch larger than the gRPC cap went through: the cap is not in force, so this test proves nothing")
 	}
 }

@@ -16,15 +16,21 @@ import (
 // Region is registered shared memory: local ops read and write it, and
 // peers may read and write it within its bounds. Its memory belongs to
 // the caller until Free; see the package's concurrency notes.
+//
+// A region does not cost a file descriptor or a mapping of its own: an
+// allocated one is a piece of a shared slab (or, when large, a memfd of
+// its own), and regions of one caller's file share the node's one view of
+// it; each file crosses to a plugin once.
 type Region struct {
 	c    *Connector
 	id   RegionID
 	name string
-	seg  *shm.Segment
 	mem  []byte
 	addr uint64
-	// fileOffset is where mem starts within seg's file.
+	// file backs mem, which starts at fileOffset within it.
+	file       *os.File
 	fileOffset uint64
+	free       func()            // returns the memory to the pool or the file view
 	keys       map[string][]byte // per transport, as RegisterRegion returned
 
 	once sync.Once
@@ -57,11 +63,11 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	}
 	id := c.newRegionID()
 	name := fmt.Sprintf("region-%d", id)
-	seg, err := shm.New(name, size)
+	piece, err := c.pool.Alloc(name, size)
 	if err != nil {
 		return nil, fmt.Errorf("connector: Alloc(%s): %w", units.FormatSize(uint64(size)), err)
 	}
-	return c.register(ctx, id, name, seg, 0)
+	return c.register(ctx, id, name, piece.Bytes(), piece.File(), piece.FileOffset(), func() { piece.Free() })
 }
 
 // RegisterFile registers length bytes at offset of shared memory the
@@ -73,6 +79,10 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 // process (a file on disk, an unsealed memfd, a range past the file's end)
 // is refused with ErrInvalidArgument saying why. A tmpfs or hugetlbfs file
 // cannot be sealed: it must not shrink while it is registered.
+//
+// Regions of one file share one descriptor and one mapping of the whole
+// file (however many descriptors the caller opened for it), so a file
+// may hold many thousands of regions; their ranges may not overlap.
 func (c *Connector) RegisterFile(ctx context.Context, f *os.File, offset uint64, length int) (*Region, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -83,17 +93,17 @@ func (c *Connector) RegisterFile(ctx context.Context, f *os.File, offset uint64,
 	if err := shm.CheckShareable(f, offset, length); err != nil {
 		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrInvalidArgument)
 	}
-	dup, err := dupFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("connector: RegisterFile(%s): duplicating its descriptor: %w", f.Name(), err)
+	v, err := c.views.acquire(f, offset, length)
+	if errors.Is(err, ErrUnavailable) {
+		return nil, fmt.Errorf("connector: RegisterFile(%s): %w", f.Name(), err)
 	}
-	seg, err := shm.Map(dup, offset, length)
 	if err != nil {
-		dup.Close()
 		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrInvalidArgument)
 	}
+	mem := v.seg.Bytes()[offset : offset+uint64(length) : offset+uint64(length)]
+	shm.Populate(mem)
 	id := c.newRegionID()
-	return c.register(ctx, id, fmt.Sprintf("file-%d", id), seg, offset)
+	return c.register(ctx, id, fmt.Sprintf("file-%d", id), mem, v.seg.File(), offset, func() { c.views.release(v) })
 }
 
 func (c *Connector) newRegionID() RegionID {
@@ -103,12 +113,11 @@ func (c *Connector) newRegionID() RegionID {
 	return c.nextRegion
 }
 
-// register registers seg (whose memory starts at fileOffset of its file)
-// with every transport up, then publishes it. It releases seg on failure.
-func (c *Connector) register(ctx context.Context, id RegionID, name string, seg *shm.Segment, fileOffset uint64) (*Region, error) {
-	mem := seg.Bytes()
-	r := &Region{c: c, id: id, name: name, seg: seg, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
-		fileOffset: fileOffset, keys: map[string][]byte{}}
+// register registers mem (at fileOffset of file) with every transport up,
+// then publishes it. It calls free on failure.
+func (c *Connector) register(ctx context.Context, id RegionID, name string, mem []byte, file *os.File, fileOffset uint64, free func()) (*Region, error) {
+	r := &Region{c: c, id: id, name: name, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
+		file: file, fileOffset: fileOffset, free: free, keys: map[string][]byte{}}
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
 	transports := c.active()
@@ -121,7 +130,7 @@ func (c *Connector) register(ctx context.Context, id RegionID, name string, seg 
 			for _, done := range transports[:i] {
 				done.tr.DeregisterRegion(context.Background(), id)
 			}
-			seg.Close()
+			free()
 			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(len(mem))), at.name, err)
 		}
 		c.mu.Lock()
@@ -132,7 +141,7 @@ func (c *Connector) register(ctx context.Context, id RegionID, name string, seg 
 		for _, at := range transports {
 			at.tr.DeregisterRegion(context.Background(), id)
 		}
-		seg.Close()
+		free()
 		return nil, fmt.Errorf("connector: %w", err)
 	}
 	c.mu.Lock()
@@ -150,7 +159,7 @@ func (c *Connector) register(ctx context.Context, id RegionID, name string, seg 
 
 // transportRegion is r as a transport registers it.
 func (r *Region) transportRegion() plugins.Region {
-	return plugins.Region{ID: r.id, Addr: r.addr, Mem: r.mem, File: r.seg.File(), FileOffset: r.fileOffset}
+	return plugins.Region{ID: r.id, Addr: r.addr, Mem: r.mem, File: r.file, FileOffset: r.fileOffset}
 }
 
 // Free deregisters the region (waiting for ops on it to end) and unmaps
@@ -201,7 +210,7 @@ func (r *Region) Free(ctx context.Context) error {
 }
 
 func (r *Region) release() {
-	r.once.Do(func() { r.seg.Close() })
+	r.once.Do(r.free)
 }
 
 // regionAt finds the local region holding [addr, addr+length).

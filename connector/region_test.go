@@ -104,7 +104,7 @@ func TestFreeWhileInUse(t *testing.T) {
 	if err := r.Free(short); !errors.Is(err, connector.ErrTimeout) {
 		t.Fatalf("Free with a READ in flight: %v, want ErrTimeout", err)
 	}
-	if !mapped(t, "region-1") {
+	if !mapped(t, "slab-1") {
 		t.Fatal("the region was unmapped while a READ could still write into it")
 	}
 	if err := b.Wait(ctx); !errors.Is(err, connector.ErrTimeout) {
@@ -113,7 +113,7 @@ func TestFreeWhileInUse(t *testing.T) {
 	if err := r.Free(ctx); err != nil {
 		t.Fatalf("Free after the op ended: %v", err)
 	}
-	if mapped(t, "region-1") {
+	if mapped(t, "slab-1") {
 		t.Fatal("the region is still mapped after Free succeeded")
 	}
 }

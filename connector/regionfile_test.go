@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -123,5 +124,79 @@ func TestRegisterFileRefusals(t *testing.T) {
 	}
 	if st := c.Status(); st.Regions != 0 {
 		t.Fatalf("refused files left %d regions registered", st.Regions)
+	}
+}
+
+// TestRegisterFileSharesOneView: a thousand regions of one caller memfd
+// cost the node one descriptor and one mapping (however many descriptors
+// the caller opens for the file), and the plugin likewise; a range
+// overlapping a registered one is refused; the view goes once its last
+// region is freed.
+func TestRegisterFileSharesOneView(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	const n, size = 1000, 4096
+	f, mine := sealedMemfd(t, n*size+size)
+	other, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDWR, 0) // another descriptor, same file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	held := func(pid int) (fds, maps int) {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, e := range ents {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())); strings.HasPrefix(l, "/memfd:caller-kv") {
+				fds++
+			}
+		}
+		m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		return fds, strings.Count(string(m), "/memfd:caller-kv")
+	}
+	plugin := b.Status().PluginPID
+	fds0, maps0 := held(os.Getpid())
+	regions := make([]*connector.Region, n)
+	for i := range regions {
+		via := f
+		if i%2 == 1 {
+			via = other
+		}
+		if regions[i], err = b.RegisterFile(ctx, via, uint64(i*size+i%size), size); err != nil {
+			t.Fatalf("region %d: %v", i, err)
+		}
+	}
+	fds, maps := held(os.Getpid())
+	pfds, pmaps := held(plugin)
+	if fds-fds0 != 1 || maps-maps0 != 1 || pfds != 1 || pmaps != 1 {
+		t.Fatalf("%d regions of one file: the node holds %d more descriptors and %d more mappings of it, the plugin %d and %d; want one each", n, fds-fds0, maps-maps0, pfds, pmaps)
+	}
+	if _, err := b.RegisterFile(ctx, f, size/2, size); !errors.Is(err, connector.ErrInvalidArgument) {
+		t.Fatalf("a range overlapping a registered one: %v, want ErrInvalidArgument", err)
+	}
+	// A peer writes into one of them through the plugin; the caller sees it.
+	src := alloc(t, a, size)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*5 + 1)
+	}
+	r := regions[321]
+	if err := a.TransferSyncWrite(ctx, b.SessionID(), src.Addr(), r.Addr(), size); err != nil {
+		t.Fatal(err)
+	}
+	if off := 321*size + 321; !bytes.Equal(mine[off:off+size], src.Bytes()) {
+		t.Fatal("the caller's mapping does not hold the bytes the peer wrote")
+	}
+	for i, r := range regions {
+		if err := r.Free(ctx); err != nil {
+			t.Fatalf("free %d: %v", i, err)
+		}
+		if i == n-2 {
+			if fds, _ := held(os.Getpid()); fds-fds0 != 1 {
+				t.Fatal("the view closed before its last region was freed")
+			}
+		}
+	}
+	fds, maps = held(os.Getpid())
+	pfds, pmaps = held(plugin)
+	if fds != fds0 || maps != maps0 || pfds != 0 || pmaps != 0 {
+		t.Fatalf("after freeing every region the node holds %d more descriptors and %d more mappings, the plugin %d and %d", fds-fds0, maps-maps0, pfds, pmaps)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/metadata"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // TransportStatus describes one transport the node has up.
@@ -20,6 +21,10 @@ type TransportStatus struct {
 	// Authenticates: with auth on, the transport proves the secret on
 	// each of its data connections (plugins.CapAuthenticates).
 	Authenticates bool `json:"authenticates,omitempty"`
+	// DataPath is how batches reach a plugin: "ring" (shared-memory
+	// queues, docs/DATAPATH.md) or "grpc" (a call per batch); empty
+	// in-process.
+	DataPath string `json:"data_path,omitempty"`
 }
 
 // Status describes a running connector.
@@ -73,6 +78,7 @@ func (c *Connector) Status() Status {
 			Authenticates: c.auth != nil && at.info.Capabilities&plugins.CapAuthenticates != 0}
 		if at.plugin != nil {
 			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
+			ts.DataPath = host.DataPath(at.plugin)
 		}
 		if at.crashed != nil {
 			ts.Problem = at.crashed.Error()

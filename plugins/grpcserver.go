@@ -12,6 +12,7 @@ import (
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
+	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
 )
 
@@ -20,19 +21,68 @@ const fdTimeout = 10 * time.Second
 
 // grpcServer adapts a Transport to the plugin protocol's gRPC service: it
 // maps the region files the host sends and converts messages to the
-// contract's types.
+// contract's types. Its methods are called concurrently by gRPC; mu
+// guards the mappings.
+//
+// A region's memory comes in one of two ways. A legacy region has a
+// descriptor of its own, mapped for that region alone (segs). A region
+// of a file view names a token the host sent once for many regions (a
+// slab of small regions, or a caller's file): the view is mapped whole
+// the first time a region names it (views) and the region is a slice of
+// it; the view is unmapped and closed once the host released it and its
+// last region is deregistered.
 type grpcServer struct {
 	proto.UnimplementedTransportServer
 	impl Transport
 	log  *zap.Logger
 	fds  *pluginrpc.FDReceiver
 
-	mu   sync.Mutex
-	segs map[RegionID]*shm.Segment
+	mu      sync.Mutex
+	segs    map[RegionID]*shm.Segment // legacy regions, one mapping each
+	views   map[uint64]*fileView      // by token
+	viewOf  map[RegionID]*fileView    // regions of views
+	pending map[uint64]chan struct{}  // tokens being mapped: later users wait
+	ring    *ringServer               // the data path's ring, once OpenRing set it up
+	closed  bool                      // Close or shutdown stopped the ring: no new one
+}
+
+// fileView is a file mapped once for the regions that name its token.
+// Guarded by grpcServer.mu.
+type fileView struct {
+	token    uint64
+	seg      *shm.Segment
+	regions  int  // registered regions in it, plus registrations under way
+	released bool // the host will not name the token again
 }
 
 func newServer(t Transport, log *zap.Logger, fds *pluginrpc.FDReceiver) *grpcServer {
-	return &grpcServer{impl: t, log: log, fds: fds, segs: map[RegionID]*shm.Segment{}}
+	return &grpcServer{impl: t, log: log, fds: fds, segs: map[RegionID]*shm.Segment{},
+		views: map[uint64]*fileView{}, viewOf: map[RegionID]*fileView{}, pending: map[uint64]chan struct{}{}}
+}
+
+// features are the protocol features this SDK implements.
+func (s *grpcServer) features() uint32 {
+	if s.fds == nil {
+		return 0
+	}
+	f := pluginrpc.FeatureFileViews
+	if ring.Supported {
+		f |= pluginrpc.FeatureRings
+	}
+	return f
+}
+
+// OpenRing sets up the shared-memory data path: the host sent the ring
+// file over the fd channel.
+func (s *grpcServer) OpenRing(_ context.Context, req *proto.OpenRingRequest) (*proto.OpenRingResponse, error) {
+	if req.Version != ring.Version {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("open ring: version %d, this plugin speaks %d: %w", req.Version, ring.Version, ErrNotSupported))
+	}
+	l := ring.Layout{SQEntries: req.SqEntries, CQEntries: req.CqEntries, SlotSize: req.SlotSize, ArenaSlots: req.ArenaSlots}
+	if err := s.openRing(req.FdToken, l, req.Kinds); err != nil {
+		return nil, pluginrpc.ToStatus(err)
+	}
+	return &proto.OpenRingResponse{}, nil
 }
 
 func (s *grpcServer) Info(ctx context.Context, _ *proto.InfoRequest) (*proto.InfoResponse, error) {
@@ -40,7 +90,8 @@ func (s *grpcServer) Info(ctx context.Context, _ *proto.InfoRequest) (*proto.Inf
 	if err != nil {
 		return nil, pluginrpc.ToStatus(err)
 	}
-	return &proto.InfoResponse{Name: info.Name, Version: info.Version, ApiVersion: int32(info.APIVersion), Capabilities: uint32(info.Capabilities)}, nil
+	return &proto.InfoResponse{Name: info.Name, Version: info.Version, ApiVersion: int32(info.APIVersion), Capabilities: uint32(info.Capabilities),
+		Features: s.features()}, nil
 }
 
 func (s *grpcServer) Init(ctx context.Context, req *proto.InitRequest) (*proto.InitResponse, error) {
@@ -72,6 +123,9 @@ func (s *grpcServer) RegisterRegion(ctx context.Context, req *proto.RegisterRegi
 	if req.Size == 0 || req.Size > shm.MaxSize {
 		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: size %d out of range: %w", req.Id, req.Size, ErrInvalidArgument))
 	}
+	if req.ViewSize != 0 {
+		return s.registerInView(ctx, req)
+	}
 	f, err := s.fds.Take(req.FdToken, fdTimeout)
 	if err != nil {
 		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: %w", req.Id, err))
@@ -92,6 +146,122 @@ func (s *grpcServer) RegisterRegion(ctx context.Context, req *proto.RegisterRegi
 	return &proto.RegisterRegionResponse{Key: key}, nil
 }
 
+// registerInView registers a region of a file view, mapping the view
+// first if this is the first region to name its token.
+func (s *grpcServer) registerInView(ctx context.Context, req *proto.RegisterRegionRequest) (*proto.RegisterRegionResponse, error) {
+	if req.ViewSize > shm.MaxSize || req.FileOffset > req.ViewSize || req.Size > req.ViewSize-req.FileOffset {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: [%d, +%d) does not fit in a file view of %d bytes: %w",
+			req.Id, req.FileOffset, req.Size, req.ViewSize, ErrInvalidArgument))
+	}
+	v, err := s.acquireView(req.FdToken, req.ViewSize)
+	if err != nil {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: %w", req.Id, err))
+	}
+	all := v.seg.Bytes()
+	if uint64(len(all)) != req.ViewSize {
+		s.releaseRegion(v)
+		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: token %d names a view of %d bytes, not %d: %w", req.Id, req.FdToken, len(all), req.ViewSize, ErrInvalidArgument))
+	}
+	mem := all[req.FileOffset : req.FileOffset+req.Size : req.FileOffset+req.Size]
+	shm.Populate(mem)
+	key, err := s.impl.RegisterRegion(ctx, Region{ID: RegionID(req.Id), Addr: req.Addr, Mem: mem, File: v.seg.File(), FileOffset: req.FileOffset})
+	if err != nil {
+		s.releaseRegion(v)
+		return nil, pluginrpc.ToStatus(err)
+	}
+	s.mu.Lock()
+	s.viewOf[RegionID(req.Id)] = v
+	s.mu.Unlock()
+	return &proto.RegisterRegionResponse{Key: key}, nil
+}
+
+// acquireView returns the view of token with one more region counted in
+// it, mapping it if it is new. Concurrent first registrations of one
+// token map it once: the others wait for the first.
+func (s *grpcServer) acquireView(token, size uint64) (*fileView, error) {
+	for {
+		s.mu.Lock()
+		if v, ok := s.views[token]; ok {
+			if v.released {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("file view %d was released: %w", token, ErrInvalidArgument)
+			}
+			v.regions++
+			s.mu.Unlock()
+			return v, nil
+		}
+		if wait, busy := s.pending[token]; busy {
+			s.mu.Unlock()
+			<-wait
+			continue
+		}
+		done := make(chan struct{})
+		s.pending[token] = done
+		s.mu.Unlock()
+		v, err := s.mapView(token, size)
+		s.mu.Lock()
+		delete(s.pending, token)
+		close(done)
+		if err == nil {
+			s.views[token] = v
+		}
+		s.mu.Unlock()
+		return v, err
+	}
+}
+
+func (s *grpcServer) mapView(token, size uint64) (*fileView, error) {
+	f, err := s.fds.Take(token, fdTimeout)
+	if err != nil {
+		return nil, err
+	}
+	seg, err := shm.MapView(f, int(size))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("file view %d: %v: %w", token, err, ErrInvalidArgument)
+	}
+	return &fileView{token: token, seg: seg, regions: 1}, nil
+}
+
+// releaseRegion counts one region out of v, closing v if the host has
+// released it and it was the last.
+func (s *grpcServer) releaseRegion(v *fileView) {
+	s.mu.Lock()
+	v.regions--
+	last := v.regions == 0 && v.released
+	if last && s.views[v.token] == v {
+		delete(s.views, v.token)
+	}
+	s.mu.Unlock()
+	if last {
+		v.seg.Close()
+	}
+}
+
+// ReleaseFile ends a file view: once its last region is deregistered it
+// is unmapped and its descriptor closed. A token no region named is
+// dropped from the fd channel.
+func (s *grpcServer) ReleaseFile(_ context.Context, req *proto.ReleaseFileRequest) (*proto.ReleaseFileResponse, error) {
+	s.mu.Lock()
+	v, ok := s.views[req.FdToken]
+	var closeNow bool
+	if ok && !v.released {
+		v.released = true
+		closeNow = v.regions == 0
+		if closeNow {
+			delete(s.views, req.FdToken)
+		}
+	}
+	s.mu.Unlock()
+	if !ok && s.fds != nil {
+		s.fds.Drop(req.FdToken)
+	}
+	if closeNow {
+		v.seg.Close()
+	}
+	return &proto.ReleaseFileResponse{}, nil
+}
+
 func (s *grpcServer) DeregisterRegion(ctx context.Context, req *proto.DeregisterRegionRequest) (*proto.DeregisterRegionResponse, error) {
 	id := RegionID(req.Id)
 	if err := s.impl.DeregisterRegion(ctx, id); err != nil {
@@ -100,9 +270,14 @@ func (s *grpcServer) DeregisterRegion(ctx context.Context, req *proto.Deregister
 	s.mu.Lock()
 	seg := s.segs[id]
 	delete(s.segs, id)
+	v := s.viewOf[id]
+	delete(s.viewOf, id)
 	s.mu.Unlock()
 	if seg != nil {
 		seg.Close()
+	}
+	if v != nil {
+		s.releaseRegion(v)
 	}
 	return &proto.DeregisterRegionResponse{}, nil
 }
@@ -148,6 +323,9 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 
 func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {
 	err := s.impl.Close(ctx)
+	// The transport failed its batches in flight: the ring's workers
+	// publish them and end.
+	s.stopRing()
 	if err != nil {
 		// The transport may still use region memory: keep it mapped (the
 		// process is about to end anyway).
@@ -164,6 +342,11 @@ func (s *grpcServer) unmapAll() {
 		seg.Close()
 		delete(s.segs, id)
 	}
+	for token, v := range s.views {
+		v.seg.Close()
+		delete(s.views, token)
+	}
+	clear(s.viewOf)
 }
 
 // shutdown runs when the host went away (plugin.Serve returned) or the
@@ -171,7 +354,9 @@ func (s *grpcServer) unmapAll() {
 func (s *grpcServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.impl.Close(ctx); err != nil {
+	err := s.impl.Close(ctx)
+	s.stopRing()
+	if err != nil {
 		// Leave the regions mapped: the transport may still touch them, and
 		// the process is exiting, which unmaps them safely.
 		s.log.Warn("closing the transport at plugin exit", zap.Error(err))

@@ -4,7 +4,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-plugin"
@@ -26,10 +28,17 @@ import (
 // whole process group when it stops the host, and the host then closes
 // its plugins in order; a host that dies takes its plugins with it
 // (parent-death signal).
+//
+// With KVCONNECT_PLUGIN_CPUPROFILE set to a file name (%p in it becomes
+// the process id) the process writes a pprof CPU profile of its whole
+// life there, for profiling the plugin side of the data path.
 func Serve(t Transport) {
 	pluginrpc.RefuseOtherSDK()
 	signal.Ignore(syscall.SIGTERM)
 	log := pluginrpc.PluginLogger(pluginrpc.StderrSyncer(), os.Getenv(pluginrpc.EnvLogLevel))
+	if stop := startProfile(log); stop != nil {
+		defer stop()
+	}
 	var fds *pluginrpc.FDReceiver
 	if v := os.Getenv(pluginrpc.EnvFDChannel); v != "" {
 		fd, err := strconv.Atoi(v)
@@ -87,4 +96,28 @@ func ServeListener(lis net.Listener, t Transport, fdChannel *os.File, log *zap.L
 		<-done
 		srv.shutdown()
 	}, nil
+}
+
+// startProfile starts the CPU profile KVCONNECT_PLUGIN_CPUPROFILE asks
+// for, and returns what stops it (nil when none was asked for).
+func startProfile(log *zap.Logger) func() {
+	name := os.Getenv(pluginrpc.EnvPluginCPUProfile)
+	if name == "" {
+		return nil
+	}
+	name = strings.ReplaceAll(name, "%p", strconv.Itoa(os.Getpid()))
+	f, err := os.Create(name)
+	if err != nil {
+		log.Warn("cannot write the CPU profile", zap.String(pluginrpc.EnvPluginCPUProfile, name), zap.Error(err))
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		log.Warn("cannot start the CPU profile", zap.String(pluginrpc.EnvPluginCPUProfile, name), zap.Error(err))
+		return nil
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

@@ -48,5 +48,8 @@ func (r *FDReceiver) Take(uint64, time.Duration) (*os.File, error) {
 	return nil, fmt.Errorf("fd channel: %w", errdefs.ErrNotSupported)
 }
 
+// Drop does nothing.
+func (r *FDReceiver) Drop(uint64) {}
+
 // Close does nothing.
 func (r *FDReceiver) Close() {}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/fdlimit"
 )
 
 // FDChannelPair returns the two ends of a SOCK_SEQPACKET socket pair that
@@ -22,21 +23,21 @@ import (
 func FDChannelPair() (host *net.UnixConn, child *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("socketpair: %w", err)
+		return nil, nil, fmt.Errorf("socketpair: %w", fdlimit.Explain(err))
 	}
 	hf := os.NewFile(uintptr(fds[0]), "kvconnect-fd-channel-host")
 	defer hf.Close() // FileConn dups it
 	c, err := net.FileConn(hf)
 	if err != nil {
 		unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("fd channel: %w", err)
+		return nil, nil, fmt.Errorf("fd channel: %w", fdlimit.Explain(err))
 	}
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "kvconnect-fd-channel-plugin"), nil
 }
 
 // FDSender is the host's end: it sends a file descriptor tagged with a
-// token; the RPC that uses the descriptor names the token. It is safe for
-// concurrent use.
+// token; the RPC that uses the descriptor names the token. Tokens grow by
+// one with every send. It is safe for concurrent use.
 type FDSender struct {
 	mu   sync.Mutex
 	conn *net.UnixConn
@@ -57,7 +58,7 @@ func (s *FDSender) Send(f *os.File) (uint64, error) {
 	var msg [8]byte
 	binary.LittleEndian.PutUint64(msg[:], s.seq)
 	if _, _, err := s.conn.WriteMsgUnix(msg[:], unix.UnixRights(int(f.Fd())), nil); err != nil {
-		return 0, fmt.Errorf("fd channel: sending region descriptor: %w", err)
+		return 0, fmt.Errorf("fd channel: sending descriptor %d (token %d): %w: %w", f.Fd(), s.seq, fdlimit.Explain(err), errdefs.ErrUnavailable)
 	}
 	return s.seq, nil
 }
@@ -120,15 +121,22 @@ func (r *FDReceiver) Take(token uint64, timeout time.Duration) (*os.File, error)
 		var msg [8]byte
 		oob := make([]byte, unix.CmsgSpace(4))
 		r.conn.SetReadDeadline(deadline)
-		n, oobn, _, _, err := r.conn.ReadMsgUnix(msg[:], oob)
+		n, oobn, flags, _, err := r.conn.ReadMsgUnix(msg[:], oob)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil, fmt.Errorf("fd channel: no descriptor for token %d within %v: %w", token, timeout, errdefs.ErrTimeout)
 			}
-			return nil, fmt.Errorf("fd channel: %w", err)
+			return nil, fmt.Errorf("fd channel: %w", fdlimit.Explain(err))
 		}
 		if n != 8 {
 			return nil, fmt.Errorf("fd channel: message of %d bytes: %w", n, errdefs.ErrProtocol)
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			// The kernel could not install the descriptor in this process
+			// (EMFILE) and dropped it: say so, with the numbers.
+			got := binary.LittleEndian.Uint64(msg[:])
+			closeRights(oob[:oobn])
+			return nil, fmt.Errorf("fd channel: %w: %w", fdlimit.Dropped(fmt.Sprintf("the descriptor with token %d", got)), errdefs.ErrUnavailable)
 		}
 		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil || len(cmsgs) != 1 {
@@ -143,6 +151,33 @@ func (r *FDReceiver) Take(token uint64, timeout time.Duration) (*os.File, error)
 		}
 		got := binary.LittleEndian.Uint64(msg[:])
 		r.stash[got] = os.NewFile(uintptr(fds[0]), fmt.Sprintf("kvconnect-region-%d", got))
+	}
+}
+
+// Drop closes the descriptor sent with token if it arrived and was never
+// taken (the host released a file before any registration used it).
+// Descriptors that have not arrived yet are left for Take's clean-up.
+func (r *FDReceiver) Drop(token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, ok := r.stash[token]; ok {
+		f.Close()
+		delete(r.stash, token)
+	}
+}
+
+// closeRights closes every descriptor a (possibly truncated) control
+// message carries.
+func closeRights(oob []byte) {
+	cmsgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for i := range cmsgs {
+		fds, _ := unix.ParseUnixRights(&cmsgs[i])
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 	}
 }
 

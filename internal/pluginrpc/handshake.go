@@ -106,3 +106,23 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
 	return proto.NewTransportClient(cc), nil
 }
+
+// Protocol features a plugin's SDK reports in InfoResponse.features.
+const (
+	// FeatureFileViews: the plugin maps a file sent once for many regions
+	// (RegisterRegionRequest.view_size) and releases it on ReleaseFile.
+	FeatureFileViews uint32 = 1 << 0
+)
+
+// FeatureRings: the plugin serves OpenRing and the shared-memory data
+// path (internal/ring).
+const FeatureRings uint32 = 1 << 1
+
+// EnvRings turns the shared-memory data path off when set to 0 (the
+// host then calls Transfer for every batch); docs/DATAPATH.md.
+const EnvRings = "KVCONNECT_PLUGIN_RINGS"
+
+// EnvPluginCPUProfile, set to a file name, makes a plugin process write a
+// CPU profile there from start to exit; %p in the name becomes the
+// plugin's pid.
+const EnvPluginCPUProfile = "KVCONNECT_PLUGIN_CPUPROFILE"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"unsafe"
 )
 
 // ErrUnsupported is returned on platforms without shared-memory support.
@@ -73,3 +74,5 @@ func checkSize(size int) error {
 	}
 	return nil
 }
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }

@@ -7,8 +7,23 @@ import "os"
 // New is not supported on this platform.
 func New(name string, size int) (*Segment, error) { return nil, ErrUnsupported }
 
+// NewLazy is not supported on this platform.
+func NewLazy(name string, size int) (*Segment, error) { return nil, ErrUnsupported }
+
 // Map is not supported on this platform.
 func Map(f *os.File, offset uint64, size int) (*Segment, error) { return nil, ErrUnsupported }
+
+// MapView is not supported on this platform.
+func MapView(f *os.File, size int) (*Segment, error) { return nil, ErrUnsupported }
+
+// Populate does nothing on this platform.
+func Populate(mem []byte) {}
+
+// Punch is not supported on this platform.
+func Punch(f *os.File, off, size uint64) error { return ErrUnsupported }
+
+// PageSize is the usual page size.
+func PageSize() int { return 4096 }
 
 func unmap(mem []byte) error { return ErrUnsupported }
 

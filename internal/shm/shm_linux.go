@@ -7,17 +7,26 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/internal/fdlimit"
 )
 
 // New creates an anonymous shared-memory segment of size bytes (a memfd,
-// so nothing is left in /dev/shm if the process dies) and maps it.
-func New(name string, size int) (*Segment, error) {
+// so nothing is left in /dev/shm if the process dies) and maps it, every
+// page faulted in (MAP_POPULATE).
+func New(name string, size int) (*Segment, error) { return create(name, size, true) }
+
+// NewLazy is New without faulting the pages in: for a segment handed out
+// in pieces (a slab), whose pages are faulted in piece by piece.
+func NewLazy(name string, size int) (*Segment, error) { return create(name, size, false) }
+
+func create(name string, size int, populate bool) (*Segment, error) {
 	if err := checkSize(size); err != nil {
 		return nil, err
 	}
 	fd, err := unix.MemfdCreate("kvconnect:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return nil, fmt.Errorf("shm: memfd_create: %w", err)
+		return nil, fmt.Errorf("shm: memfd_create: %w", fdlimit.Explain(err))
 	}
 	f := os.NewFile(uintptr(fd), "memfd:kvconnect:"+name)
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
@@ -30,17 +39,22 @@ func New(name string, size int) (*Segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("shm: sealing the segment's size: %w", err)
 	}
-	mem, err := mapFile(f, size)
+	flags := unix.MAP_SHARED
+	if populate {
+		flags |= unix.MAP_POPULATE
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("shm: mmap %d bytes: %w", size, fdlimit.ExplainMmap(err))
 	}
 	return &Segment{file: f, full: mem, mem: mem}, nil
 }
 
 // Map maps size bytes at offset of an existing shared-memory file,
-// typically received from another process. The segment takes ownership of
-// f. The file must pass CheckShareable; offset needs no alignment.
+// typically received from another process, every page faulted in. The
+// segment takes ownership of f. The file must pass CheckShareable; offset
+// needs no alignment.
 func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	if err := CheckShareable(f, offset, size); err != nil {
 		return nil, err
@@ -49,18 +63,51 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	start := offset &^ (page - 1)
 	full, err := unix.Mmap(int(f.Fd()), int64(start), int(offset-start)+size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
-		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, err)
+		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
 	}
 	head := offset - start
 	return &Segment{file: f, full: full, mem: full[head : head+uint64(size) : head+uint64(size)]}, nil
 }
 
-func mapFile(f *os.File, size int) ([]byte, error) {
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("shm: mmap %d bytes: %w", size, err)
+// MapView maps the first size bytes of a shared-memory file (a view that
+// many regions share) without faulting its pages in: regions fault in
+// their own ranges (Populate). The segment takes ownership of f. The file
+// must pass CheckShareable for [0, size).
+func MapView(f *os.File, size int) (*Segment, error) {
+	if err := CheckShareable(f, 0, size); err != nil {
+		return nil, err
 	}
-	return mem, nil
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap %d bytes of %s: %w", size, f.Name(), fdlimit.ExplainMmap(err))
+	}
+	return &Segment{file: f, full: mem, mem: mem}, nil
 }
+
+// Populate faults in the pages of mem (part of a shared mapping) for
+// writing, as MAP_POPULATE would have, so the first ops on a region do not
+// pay for page faults. It is best effort: kernels before 5.14 lack
+// MADV_POPULATE_WRITE and then nothing happens.
+func Populate(mem []byte) {
+	if len(mem) == 0 {
+		return
+	}
+	page := uintptr(unix.Getpagesize())
+	start := uintptr(unsafePointer(mem)) &^ (page - 1)
+	end := uintptr(unsafePointer(mem)) + uintptr(len(mem))
+	unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_POPULATE_WRITE)
+}
+
+// Punch releases the pages of [off, off+size) of f back to the system;
+// they read as zeros afterwards. off and size must be page aligned.
+func Punch(f *os.File, off, size uint64) error {
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(size)); err != nil {
+		return fmt.Errorf("shm: releasing %d bytes at offset %d of %s: %w", size, off, f.Name(), err)
+	}
+	return nil
+}
+
+// PageSize is the system's page size.
+func PageSize() int { return unix.Getpagesize() }
 
 func unmap(mem []byte) error { return unix.Munmap(mem) }

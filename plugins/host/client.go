@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,12 +30,41 @@ type grpcClient struct {
 	// ErrTransportCrashed or ErrClosed, or a nil error while it runs. nil
 	// for a transport served in memory.
 	crashed func() (string, error)
+	// exited is closed when the plugin process exits (nil in memory).
+	exited <-chan struct{}
+	log    *zap.Logger
+	// ring is the shared-memory data path, once set up after Init
+	// (ring.go); nil: every batch is a Transfer call.
+	ring atomic.Pointer[ringClient]
 
 	regMu sync.Mutex // keeps fd sends and their RegisterRegion calls in order
 
 	infoMu   sync.Mutex
 	lastInfo plugins.Info // what Info last answered, for after Close
 	haveInfo bool
+	// features are the protocol features the plugin's SDK reported in
+	// Info (pluginrpc.Feature*).
+	features atomic.Uint32
+
+	// File views (pluginrpc.FeatureFileViews): every distinct file (a slab
+	// of small regions, a caller's file) crosses the fd channel once and
+	// is mapped once by the plugin, however many regions it holds. viewMu
+	// guards current, viewOf and every hostView's refs; it is never held
+	// across a call to the plugin.
+	viewMu  sync.Mutex
+	current map[fileKey]*hostView // the view new regions of a file go into
+	viewOf  map[plugins.RegionID]*hostView
+}
+
+// hostView is a file sent to the plugin once: the plugin maps [0, size)
+// of it when the first region names token. refs counts the regions
+// registered in it and the registrations under way; at 0 the view is
+// released (ReleaseFile) and never named again.
+type hostView struct {
+	token uint64
+	size  uint64
+	key   fileKey
+	refs  int
 }
 
 var _ plugins.Transport = (*grpcClient)(nil)
@@ -52,6 +84,7 @@ func (c *grpcClient) Info(ctx context.Context) (plugins.Info, error) {
 		return plugins.Info{}, err
 	}
 	info := plugins.Info{Name: r.Name, Version: r.Version, APIVersion: int(r.ApiVersion), Capabilities: plugins.Capability(r.Capabilities)}
+	c.features.Store(r.Features)
 	c.infoMu.Lock()
 	c.lastInfo, c.haveInfo = info, true
 	c.infoMu.Unlock()
@@ -66,6 +99,7 @@ func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins
 	if err != nil {
 		return plugins.InitResult{}, c.fromStatus(ctx, "init", err)
 	}
+	c.openRing(ctx)
 	return plugins.InitResult{Endpoint: r.Endpoint, Summary: r.Summary}, nil
 }
 
@@ -78,14 +112,12 @@ func (c *grpcClient) RegisterRegion(ctx context.Context, r plugins.Region) ([]by
 	}
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
-	token, err := c.fds.Send(r.File)
+	if c.features.Load()&pluginrpc.FeatureFileViews != 0 {
+		return c.registerInView(ctx, r)
+	}
+	token, err := c.send(r)
 	if err != nil {
-		if c.crashed != nil {
-			if why, gone := c.crashed(); gone != nil {
-				return nil, fmt.Errorf("plugin %s: register region %d: %s: %w", c.name, r.ID, why, gone)
-			}
-		}
-		return nil, fmt.Errorf("plugin %s: register region %d: %w", c.name, r.ID, err)
+		return nil, err
 	}
 	resp, err := c.rpc.RegisterRegion(ctx, &proto.RegisterRegionRequest{
 		Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset, FdToken: token,
@@ -96,9 +128,102 @@ func (c *grpcClient) RegisterRegion(ctx context.Context, r plugins.Region) ([]by
 	return resp.Key, nil
 }
 
+// send sends r's file over the fd channel and returns its token.
+func (c *grpcClient) send(r plugins.Region) (uint64, error) {
+	token, err := c.fds.Send(r.File)
+	if err != nil {
+		if c.crashed != nil {
+			if why, gone := c.crashed(); gone != nil {
+				return 0, fmt.Errorf("plugin %s: register region %d: %s: %w", c.name, r.ID, why, gone)
+			}
+		}
+		return 0, fmt.Errorf("plugin %s: register region %d: %w", c.name, r.ID, err)
+	}
+	return token, nil
+}
+
+// registerInView registers r as a range of its file's view, sending the
+// file first when no view of it holds the range. The caller holds regMu.
+func (c *grpcClient) registerInView(ctx context.Context, r plugins.Region) ([]byte, error) {
+	key, size, err := fileID(r.File)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: register region %d: %v: %w", c.name, r.ID, err, errdefs.ErrInvalidArgument)
+	}
+	end := r.FileOffset + uint64(len(r.Mem))
+	if end < r.FileOffset || end > size {
+		return nil, fmt.Errorf("plugin %s: register region %d: [%d, +%d) runs past the end of %s (%d bytes): %w", c.name, r.ID, r.FileOffset, len(r.Mem), r.File.Name(), size, errdefs.ErrInvalidArgument)
+	}
+	c.viewMu.Lock()
+	v := c.current[key]
+	if v != nil && end <= v.size {
+		v.refs++
+	} else {
+		v = nil
+	}
+	c.viewMu.Unlock()
+	if v == nil {
+		token, err := c.send(r)
+		if err != nil {
+			return nil, err
+		}
+		v = &hostView{token: token, size: size, key: key, refs: 1}
+		c.viewMu.Lock()
+		if c.current == nil {
+			c.current, c.viewOf = map[fileKey]*hostView{}, map[plugins.RegionID]*hostView{}
+		}
+		// A view made for a smaller file stays until its regions go.
+		c.current[key] = v
+		c.viewMu.Unlock()
+	}
+	resp, err := c.rpc.RegisterRegion(ctx, &proto.RegisterRegionRequest{
+		Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset, FdToken: v.token, ViewSize: v.size,
+	})
+	if err != nil {
+		c.unref(v)
+		return nil, c.fromStatus(ctx, "register region", err)
+	}
+	c.viewMu.Lock()
+	c.viewOf[r.ID] = v
+	c.viewMu.Unlock()
+	return resp.Key, nil
+}
+
+// releaseTimeout bounds a ReleaseFile call.
+const releaseTimeout = 10 * time.Second
+
+// unref counts one region out of v; the last one releases the view in
+// the plugin.
+func (c *grpcClient) unref(v *hostView) {
+	c.viewMu.Lock()
+	v.refs--
+	last := v.refs == 0
+	if last && c.current[v.key] == v {
+		delete(c.current, v.key)
+	}
+	c.viewMu.Unlock()
+	if !last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	// A plugin that cannot answer is gone or going: its mappings go with
+	// it.
+	c.rpc.ReleaseFile(ctx, &proto.ReleaseFileRequest{FdToken: v.token})
+}
+
 func (c *grpcClient) DeregisterRegion(ctx context.Context, id plugins.RegionID) error {
 	_, err := c.rpc.DeregisterRegion(ctx, &proto.DeregisterRegionRequest{Id: uint64(id)})
-	return c.fromStatus(ctx, "deregister region", err)
+	if err != nil {
+		return c.fromStatus(ctx, "deregister region", err)
+	}
+	c.viewMu.Lock()
+	v := c.viewOf[id]
+	delete(c.viewOf, id)
+	c.viewMu.Unlock()
+	if v != nil {
+		c.unref(v)
+	}
+	return nil
 }
 
 func (c *grpcClient) Connect(ctx context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {
@@ -123,6 +248,11 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 		err := fmt.Errorf("plugin %s: %d results for %d ops: %w", c.name, len(results), len(ops), errdefs.ErrInvalidArgument)
 		plugins.FillResults(results, err)
 		return err
+	}
+	if rc := c.ring.Load(); rc != nil && rc.usable() {
+		if err := rc.transfer(ctx, peer, ops, results); !errors.Is(err, errNotForRing) {
+			return err
+		}
 	}
 	packed := make([]byte, 0, len(ops)*pluginrpc.OpRecordSize)
 	for i := range ops {
@@ -150,8 +280,11 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 	return pluginrpc.FromDetail(resp.BatchError)
 }
 
+// Close closes the transport, then the ring: batches the transport
+// failed on closing come back through it first.
 func (c *grpcClient) Close(ctx context.Context) error {
 	_, err := c.rpc.Close(ctx, &proto.CloseRequest{})
+	c.closeRing()
 	return c.fromStatus(ctx, "close", err)
 }
 

@@ -49,7 +49,10 @@ func InMemory(t plugins.Transport, name string, log *zap.Logger) (plugins.Transp
 		return nil, err
 	}
 	m := &inMemory{cc: cc, stop: stop}
-	m.grpcClient = &grpcClient{rpc: proto.NewTransportClient(cc), name: name, fds: pluginrpc.NewFDSender(hostEnd), crashed: m.closedReason}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	m.grpcClient = &grpcClient{rpc: proto.NewTransportClient(cc), name: name, fds: pluginrpc.NewFDSender(hostEnd), crashed: m.closedReason, log: log}
 	if _, err := m.Info(context.Background()); err != nil { // and keep it for after Close
 		m.Close(context.Background())
 		return nil, err

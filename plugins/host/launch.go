@@ -150,7 +150,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			Err:   fmt.Errorf("%w: %w", errdefs.ErrUnavailable, errdefs.ErrHandshake),
 		}
 	}
-	p.grpcClient = &grpcClient{rpc: raw.(proto.TransportClient), name: cfg.Name, fds: p.host, crashed: p.crashReason}
+	p.grpcClient = &grpcClient{rpc: raw.(proto.TransportClient), name: cfg.Name, fds: p.host, crashed: p.crashReason, exited: p.exited, log: log}
 	// The first call proves the plugin serves the transport service, and
 	// leaves its Info for after Close.
 	if _, err := p.Info(ctx); err != nil {

@@ -159,6 +159,9 @@ func (p *Plugin) Close(ctx context.Context) error {
 			}
 		}
 	}
+	if p.grpcClient != nil {
+		p.closeRing() // gone with the process, if Close was not called
+	}
 	p.client.Kill()
 	p.host.Close()
 	<-p.watchEnd

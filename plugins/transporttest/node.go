@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // Node is one initialised transport with the regions the suite gave it.
@@ -49,6 +53,11 @@ func NewNode(t *testing.T, h Harness, name string) *Node {
 		t.Fatalf("%s: Init: %v", name, err)
 	}
 	n.Endpoint = res.Endpoint
+	// Behind the plugin protocol, batches take the shared-memory rings
+	// unless they are turned off.
+	if dp := host.DataPath(n.T); dp != "" && ring.Supported && os.Getenv(pluginrpc.EnvRings) != "0" && dp != "ring" {
+		t.Fatalf("%s: batches go over %s, not the shared-memory ring", name, dp)
+	}
 	if h.PeerEndpoint != nil {
 		n.Endpoint = h.PeerEndpoint(res.Endpoint)
 	}

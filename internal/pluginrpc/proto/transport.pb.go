@@ -62,11 +62,16 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	ApiVersion    int32                  `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	Capabilities  uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	ApiVersion   int32                  `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Capabilities uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Protocol features the plugin's SDK supports (not the transport's
+	// capabilities): bit 0 (1) file views, see RegisterRegionRequest.view_size;
+	// bit 1 (2) rings, see OpenRing. A plugin that leaves it 0 gets one
+	// descriptor per region and every batch through Transfer.
+	Features      uint32 `protobuf:"varint,5,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,6 +130,13 @@ func (x *InfoResponse) GetApiVersion() int32 {
 func (x *InfoResponse) GetCapabilities() uint32 {
 	if x != nil {
 		return x.Capabilities
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetFeatures() uint32 {
+	if x != nil {
+		return x.Features
 	}
 	return 0
 }
@@ -287,7 +299,14 @@ type RegisterRegionRequest struct {
 	FileOffset uint64 `protobuf:"varint,4,opt,name=file_offset,json=fileOffset,proto3" json:"file_offset,omitempty"`
 	// Sequence number of the descriptor message carrying the file on the
 	// fd channel.
-	FdToken       uint64 `protobuf:"varint,5,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	FdToken uint64 `protobuf:"varint,5,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	// 0: the descriptor is this region's alone (one message per region).
+	// Otherwise fd_token names a file view, sent once for many regions
+	// (only to a plugin reporting the file views feature): the plugin maps
+	// [0, view_size) of the file once, the first time a region names the
+	// token, and the region is [file_offset, file_offset+size) of that
+	// mapping. The view stays until ReleaseFile names the token.
+	ViewSize      uint64 `protobuf:"varint,6,opt,name=view_size,json=viewSize,proto3" json:"view_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +372,13 @@ func (x *RegisterRegionRequest) GetFileOffset() uint64 {
 func (x *RegisterRegionRequest) GetFdToken() uint64 {
 	if x != nil {
 		return x.FdToken
+	}
+	return 0
+}
+
+func (x *RegisterRegionRequest) GetViewSize() uint64 {
+	if x != nil {
+		return x.ViewSize
 	}
 	return 0
 }
@@ -913,6 +939,218 @@ func (x *TransferResponse) GetBatchError() *ErrorDetail {
 	return nil
 }
 
+type ReleaseFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FdToken       uint64                 `protobuf:"varint,1,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseFileRequest) Reset() {
+	*x = ReleaseFileRequest{}
+	mi := &file_transport_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseFileRequest) ProtoMessage() {}
+
+func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseFileRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseFileRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseFileRequest) GetFdToken() uint64 {
+	if x != nil {
+		return x.FdToken
+	}
+	return 0
+}
+
+type ReleaseFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseFileResponse) Reset() {
+	*x = ReleaseFileResponse{}
+	mi := &file_transport_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseFileResponse) ProtoMessage() {}
+
+func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseFileResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseFileResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{17}
+}
+
+type OpenRingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ring file's token on the fd channel: a sealed memfd.
+	FdToken uint64 `protobuf:"varint,1,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
+	// The ring protocol version (1) and the layout the header repeats.
+	Version    uint32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	SqEntries  uint32 `protobuf:"varint,3,opt,name=sq_entries,json=sqEntries,proto3" json:"sq_entries,omitempty"`
+	CqEntries  uint32 `protobuf:"varint,4,opt,name=cq_entries,json=cqEntries,proto3" json:"cq_entries,omitempty"`
+	SlotSize   uint32 `protobuf:"varint,5,opt,name=slot_size,json=slotSize,proto3" json:"slot_size,omitempty"`
+	ArenaSlots uint32 `protobuf:"varint,6,opt,name=arena_slots,json=arenaSlots,proto3" json:"arena_slots,omitempty"`
+	// The sentinels' wire names: bit i of a kinds mask in the ring is
+	// kinds[i].
+	Kinds         []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRingRequest) Reset() {
+	*x = OpenRingRequest{}
+	mi := &file_transport_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRingRequest) ProtoMessage() {}
+
+func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRingRequest.ProtoReflect.Descriptor instead.
+func (*OpenRingRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *OpenRingRequest) GetFdToken() uint64 {
+	if x != nil {
+		return x.FdToken
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetSqEntries() uint32 {
+	if x != nil {
+		return x.SqEntries
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetCqEntries() uint32 {
+	if x != nil {
+		return x.CqEntries
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetSlotSize() uint32 {
+	if x != nil {
+		return x.SlotSize
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetArenaSlots() uint32 {
+	if x != nil {
+		return x.ArenaSlots
+	}
+	return 0
+}
+
+func (x *OpenRingRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+type OpenRingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRingResponse) Reset() {
+	*x = OpenRingResponse{}
+	mi := &file_transport_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRingResponse) ProtoMessage() {}
+
+func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRingResponse.ProtoReflect.Descriptor instead.
+func (*OpenRingResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{19}
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -921,7 +1159,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1171,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1184,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_transport_proto_rawDescGZIP(), []int{20}
 }
 
 type CloseResponse struct {
@@ -957,7 +1195,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1207,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1220,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_transport_proto_rawDescGZIP(), []int{21}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -1001,7 +1239,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1251,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1264,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1076,7 +1314,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1326,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1339,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1165,13 +1403,14 @@ var File_transport_proto protoreflect.FileDescriptor
 const file_transport_proto_rawDesc = "" +
 	"\n" +
 	"\x0ftransport.proto\x12\x14kvconnect.plugins.v1\"\r\n" +
-	"\vInfoRequest\"\x81\x01\n" +
+	"\vInfoRequest\"\x9d\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x05R\n" +
 	"apiVersion\x12\"\n" +
-	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\"\xe2\x01\n" +
+	"\fcapabilities\x18\x04 \x01(\rR\fcapabilities\x12\x1a\n" +
+	"\bfeatures\x18\x05 \x01(\rR\bfeatures\"\xe2\x01\n" +
 	"\vInitRequest\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x1a\n" +
@@ -1183,14 +1422,15 @@ const file_transport_proto_rawDesc = "" +
 	"\fauth_secrets\x18\a \x03(\fR\vauthSecrets\"D\n" +
 	"\fInitResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\fR\bendpoint\x12\x18\n" +
-	"\asummary\x18\x02 \x01(\tR\asummary\"\x8b\x01\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\"\xa8\x01\n" +
 	"\x15RegisterRegionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\x04R\x04addr\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x1f\n" +
 	"\vfile_offset\x18\x04 \x01(\x04R\n" +
 	"fileOffset\x12\x19\n" +
-	"\bfd_token\x18\x05 \x01(\x04R\afdToken\"*\n" +
+	"\bfd_token\x18\x05 \x01(\x04R\afdToken\x12\x1b\n" +
+	"\tview_size\x18\x06 \x01(\x04R\bviewSize\"*\n" +
 	"\x16RegisterRegionResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\")\n" +
 	"\x17DeregisterRegionRequest\x12\x0e\n" +
@@ -1221,7 +1461,22 @@ const file_transport_proto_rawDesc = "" +
 	"\x10TransferResponse\x125\n" +
 	"\x06errors\x18\x01 \x03(\v2\x1d.kvconnect.plugins.v1.OpErrorR\x06errors\x12B\n" +
 	"\vbatch_error\x18\x02 \x01(\v2!.kvconnect.plugins.v1.ErrorDetailR\n" +
-	"batchError\"\x0e\n" +
+	"batchError\"/\n" +
+	"\x12ReleaseFileRequest\x12\x19\n" +
+	"\bfd_token\x18\x01 \x01(\x04R\afdToken\"\x15\n" +
+	"\x13ReleaseFileResponse\"\xd8\x01\n" +
+	"\x0fOpenRingRequest\x12\x19\n" +
+	"\bfd_token\x18\x01 \x01(\x04R\afdToken\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\x12\x1d\n" +
+	"\n" +
+	"sq_entries\x18\x03 \x01(\rR\tsqEntries\x12\x1d\n" +
+	"\n" +
+	"cq_entries\x18\x04 \x01(\rR\tcqEntries\x12\x1b\n" +
+	"\tslot_size\x18\x05 \x01(\rR\bslotSize\x12\x1f\n" +
+	"\varena_slots\x18\x06 \x01(\rR\n" +
+	"arenaSlots\x12\x14\n" +
+	"\x05kinds\x18\a \x03(\tR\x05kinds\"\x12\n" +
+	"\x10OpenRingResponse\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse\"\x88\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
@@ -1239,7 +1494,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x14\n" +
 	"\x05hints\x18\x06 \x03(\tR\x05hints\x12!\n" +
 	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind\x12#\n" +
-	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xef\x05\n" +
+	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xae\a\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -1249,7 +1504,9 @@ const file_transport_proto_rawDesc = "" +
 	"\n" +
 	"Disconnect\x12'.kvconnect.plugins.v1.DisconnectRequest\x1a(.kvconnect.plugins.v1.DisconnectResponse\x12Y\n" +
 	"\bTransfer\x12%.kvconnect.plugins.v1.TransferRequest\x1a&.kvconnect.plugins.v1.TransferResponse\x12P\n" +
-	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponse\x12b\n" +
+	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponse\x12Y\n" +
+	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1263,7 +1520,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
@@ -1281,16 +1538,20 @@ var file_transport_proto_goTypes = []any{
 	(*TransferRequest)(nil),          // 13: kvconnect.plugins.v1.TransferRequest
 	(*OpError)(nil),                  // 14: kvconnect.plugins.v1.OpError
 	(*TransferResponse)(nil),         // 15: kvconnect.plugins.v1.TransferResponse
-	(*CloseRequest)(nil),             // 16: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),            // 17: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),              // 18: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),              // 19: kvconnect.plugins.v1.InitFailure
+	(*ReleaseFileRequest)(nil),       // 16: kvconnect.plugins.v1.ReleaseFileRequest
+	(*ReleaseFileResponse)(nil),      // 17: kvconnect.plugins.v1.ReleaseFileResponse
+	(*OpenRingRequest)(nil),          // 18: kvconnect.plugins.v1.OpenRingRequest
+	(*OpenRingResponse)(nil),         // 19: kvconnect.plugins.v1.OpenRingResponse
+	(*CloseRequest)(nil),             // 20: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),            // 21: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),              // 22: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),              // 23: kvconnect.plugins.v1.InitFailure
 }
 var file_transport_proto_depIdxs = []int32{
 	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
 	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
-	18, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	19, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	22, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	23, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
 	0,  // 4: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
 	2,  // 5: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
 	4,  // 6: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
@@ -1298,17 +1559,21 @@ var file_transport_proto_depIdxs = []int32{
 	9,  // 8: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
 	11, // 9: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
 	13, // 10: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	16, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	1,  // 12: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 13: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 14: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 15: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 16: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 17: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	15, // 18: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	17, // 19: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	12, // [12:20] is the sub-list for method output_type
-	4,  // [4:12] is the sub-list for method input_type
+	20, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	16, // 12: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
+	18, // 13: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
+	1,  // 14: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 15: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	5,  // 16: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	7,  // 17: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	10, // 18: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	12, // 19: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	15, // 20: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	21, // 21: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	17, // 22: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	19, // 23: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	14, // [14:24] is the sub-list for method output_type
+	4,  // [4:14] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1325,7 +1590,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

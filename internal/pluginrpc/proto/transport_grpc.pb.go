@@ -31,6 +31,8 @@ const (
 	Transport_Disconnect_FullMethodName       = "/kvconnect.plugins.v1.Transport/Disconnect"
 	Transport_Transfer_FullMethodName         = "/kvconnect.plugins.v1.Transport/Transfer"
 	Transport_Close_FullMethodName            = "/kvconnect.plugins.v1.Transport/Close"
+	Transport_ReleaseFile_FullMethodName      = "/kvconnect.plugins.v1.Transport/ReleaseFile"
+	Transport_OpenRing_FullMethodName         = "/kvconnect.plugins.v1.Transport/OpenRing"
 )
 
 // TransportClient is the client API for Transport service.
@@ -46,6 +48,15 @@ type TransportClient interface {
 	// Transfer runs a batch of ops and answers when every op has completed.
 	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// ReleaseFile ends a file view (see RegisterRegionRequest.view_size):
+	// no region names its token any more, and none will.
+	ReleaseFile(ctx context.Context, in *ReleaseFileRequest, opts ...grpc.CallOption) (*ReleaseFileResponse, error)
+	// OpenRing sets up the shared-memory data path (docs/DATAPATH.md):
+	// from then on the host may submit batches through the ring file that
+	// crossed the fd channel with fd_token instead of calling Transfer. A
+	// plugin that does not implement it answers Unimplemented and is used
+	// through Transfer.
+	OpenRing(ctx context.Context, in *OpenRingRequest, opts ...grpc.CallOption) (*OpenRingResponse, error)
 }
 
 type transportClient struct {
@@ -136,6 +147,26 @@ func (c *transportClient) Close(ctx context.Context, in *CloseRequest, opts ...g
 	return out, nil
 }
 
+func (c *transportClient) ReleaseFile(ctx context.Context, in *ReleaseFileRequest, opts ...grpc.CallOption) (*ReleaseFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseFileResponse)
+	err := c.cc.Invoke(ctx, Transport_ReleaseFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transportClient) OpenRing(ctx context.Context, in *OpenRingRequest, opts ...grpc.CallOption) (*OpenRingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenRingResponse)
+	err := c.cc.Invoke(ctx, Transport_OpenRing_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -149,6 +180,15 @@ type TransportServer interface {
 	// Transfer runs a batch of ops and answers when every op has completed.
 	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// ReleaseFile ends a file view (see RegisterRegionRequest.view_size):
+	// no region names its token any more, and none will.
+	ReleaseFile(context.Context, *ReleaseFileRequest) (*ReleaseFileResponse, error)
+	// OpenRing sets up the shared-memory data path (docs/DATAPATH.md):
+	// from then on the host may submit batches through the ring file that
+	// crossed the fd channel with fd_token instead of calling Transfer. A
+	// plugin that does not implement it answers Unimplemented and is used
+	// through Transfer.
+	OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -182,6 +222,12 @@ func (UnimplementedTransportServer) Transfer(context.Context, *TransferRequest) 
 }
 func (UnimplementedTransportServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedTransportServer) ReleaseFile(context.Context, *ReleaseFileRequest) (*ReleaseFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseFile not implemented")
+}
+func (UnimplementedTransportServer) OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenRing not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -348,6 +394,42 @@ func _Transport_Close_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_ReleaseFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).ReleaseFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_ReleaseFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).ReleaseFile(ctx, req.(*ReleaseFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Transport_OpenRing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenRingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).OpenRing(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_OpenRing_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).OpenRing(ctx, req.(*OpenRingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,6 +468,14 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Transport_Close_Handler,
+		},
+		{
+			MethodName: "ReleaseFile",
+			Handler:    _Transport_ReleaseFile_Handler,
+		},
+		{
+			MethodName: "OpenRing",
+			Handler:    _Transport_OpenRing_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -3,7 +3,8 @@
 // fields and succeed), "panic" (log, then crash), "fail" (return an
 // *InitError). Connect fails with the sentinel whose wire kind is the
 // peer's name; RegisterRegion answers the first bytes of the region as the
-// plugin mapped it.
+// plugin mapped it. Transfer to peer 98 ends the process mid-batch; to
+// peer 99 it waits for its context, then fails with the context's error.
 package main
 
 import (
@@ -58,7 +59,16 @@ func (fake) Connect(_ context.Context, peer plugins.PeerInfo) (plugins.PeerID, e
 
 func (fake) Disconnect(context.Context, plugins.PeerID) error { return nil }
 
-func (fake) Transfer(_ context.Context, _ plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
+func (fake) Transfer(ctx context.Context, peer plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
+	switch peer {
+	case 98:
+		os.Exit(3)
+	case 99:
+		<-ctx.Done()
+		err := fmt.Errorf("fake: %w", plugins.ContextError(ctx.Err()))
+		plugins.FillResults(results, err)
+		return err
+	}
 	plugins.FillResults(results, nil)
 	return nil
 }

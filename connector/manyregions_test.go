@@ -1,0 +1,414 @@
+//go:build linux
+
+package connector_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/config"
+	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/fdlimit"
+)
+
+// The many-regions node runs in a child process (this test binary again)
+// with RLIMIT_NOFILE 1024, inherited by its plugin process.
+const (
+	manyRegionsEnv   = "KVCONNECT_TEST_MANY_REGIONS_NODE"
+	manyRegionsCount = 100_000
+	manyRegionsSize  = 4096
+	manyRegionsLimit = 1024
+)
+
+// TestHundredThousandRegions: a node under RLIMIT_NOFILE 1024 registers
+// 100,000 regions of 4 KiB with the tcp plugin; a peer opens it (its
+// descriptor lists every region, as Mooncake buffers), and reads and
+// writes several of them by id and by absolute address. The node's and
+// its plugin's descriptors and mappings stay a handful, and go back to
+// where they were once the regions are freed.
+func TestHundredThousandRegions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("registers 100,000 regions")
+	}
+	dir := pluginDir(t)
+	child := exec.Command(os.Args[0], "-test.run=^TestManyRegionsNode$", "-test.v")
+	child.Env = append(os.Environ(), manyRegionsEnv+"="+dir, "GORACE=atexit_sleep_ms=0")
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	defer stdin.Close()
+	lines := bufio.NewScanner(stdout)
+	expect := func(prefix string) string {
+		t.Helper()
+		for lines.Scan() {
+			line := lines.Text()
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				return v
+			}
+			if strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "panic") {
+				t.Fatalf("the node failed: %s", line)
+			}
+			t.Log("node: " + line)
+		}
+		t.Fatalf("the node ended before printing %q: %v", prefix, lines.Err())
+		return ""
+	}
+	session := expect("session=")
+
+	ctx := context.Background()
+	a := newNode(t)
+	start := time.Now()
+	peer, err := a.Open(ctx, session)
+	if err != nil {
+		t.Fatalf("opening the node with %d regions: %v", manyRegionsCount, err)
+	}
+	remote := peer.Regions()
+	t.Logf("opened the node in %v: %d regions", time.Since(start), len(remote))
+	if len(remote) != manyRegionsCount {
+		t.Fatalf("the peer sees %d regions, want %d", len(remote), manyRegionsCount)
+	}
+	byID := map[connector.RegionID]connector.RemoteRegion{}
+	for _, r := range remote {
+		if r.Len != manyRegionsSize {
+			t.Fatalf("region %d is %d bytes", r.ID, r.Len)
+		}
+		byID[r.ID] = r
+	}
+	// What an unmodified Mooncake Transfer Engine reads: every region is
+	// a buffer with the node's name, an address and a length.
+	body := mooncakeMetadata(t, session)
+	var d connector.SegmentDescriptor
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, b := range d.Buffers {
+		if b.Name == session && b.Addr != 0 && b.Length == manyRegionsSize {
+			named++
+		}
+	}
+	t.Logf("descriptor: %d bytes for %d buffers (%.1f bytes a buffer); max_handshake_frame default %d", len(body), len(d.Buffers), float64(len(body))/float64(len(d.Buffers)), config.DefaultMaxHandshakeFrame)
+	if named != manyRegionsCount {
+		t.Fatalf("%d of %d Mooncake buffers are complete", named, len(d.Buffers))
+	}
+	local := alloc(t, a, 2*manyRegionsSize)
+	buf := local.Bytes()
+	// The node wrote each region's id into its first 8 bytes: read a few
+	// back by id and by absolute address.
+	picks := []connector.RegionID{1, 2, 777, 50_000, 99_999, manyRegionsCount}
+	for i, id := range picks {
+		rr, ok := byID[id]
+		if !ok {
+			t.Fatalf("region %d is not in the descriptor", id)
+		}
+		clear(buf)
+		if i%2 == 0 {
+			err = a.Transfer(ctx, peer, connector.Op{Kind: connector.OpRead, LocalRegion: local.ID(), RemoteRegion: id, Length: manyRegionsSize})
+		} else {
+			err = a.TransferSyncRead(ctx, session, local.Addr(), rr.Addr, manyRegionsSize)
+		}
+		if err != nil {
+			t.Fatalf("reading region %d: %v", id, err)
+		}
+		if got := binary.LittleEndian.Uint64(buf); got != uint64(id) {
+			t.Fatalf("region %d holds %d", id, got)
+		}
+		// Write a pattern for the node to check: by id for odd picks,
+		// by address for even ones.
+		for j := range buf[:manyRegionsSize] {
+			buf[j] = byte(uint64(id)*31 + uint64(j))
+		}
+		if i%2 == 1 {
+			err = a.Transfer(ctx, peer, connector.Op{Kind: connector.OpWrite, LocalRegion: local.ID(), RemoteRegion: id, Length: manyRegionsSize})
+		} else {
+			err = a.TransferSyncWrite(ctx, session, local.Addr(), rr.Addr, manyRegionsSize)
+		}
+		if err != nil {
+			t.Fatalf("writing region %d: %v", id, err)
+		}
+	}
+	// An op across two neighbouring regions is refused: each is its own.
+	if err := a.TransferSyncRead(ctx, session, local.Addr(), byID[2].Addr+manyRegionsSize/2, manyRegionsSize); err == nil {
+		t.Fatal("a READ spanning two regions succeeded")
+	}
+	ids := make([]string, len(picks))
+	for i, id := range picks {
+		ids[i] = strconv.Itoa(int(id))
+	}
+	fmt.Fprintf(stdin, "check %s\n", strings.Join(ids, ","))
+	if got := expect("checked "); got != "ok" {
+		t.Fatalf("the node's check: %s", got)
+	}
+	stdin.Close()
+	if got := expect("released "); got != "ok" {
+		t.Fatalf("the node's release: %s", got)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the node process: %v", err)
+	}
+}
+
+// TestManyRegionsNode is the node of TestHundredThousandRegions, run in
+// a child process; it does nothing otherwise.
+func TestManyRegionsNode(t *testing.T) {
+	dir := os.Getenv(manyRegionsEnv)
+	if dir == "" {
+		t.Skip("runs as the child of TestHundredThousandRegions")
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: manyRegionsLimit, Max: manyRegionsLimit}); err != nil {
+		t.Fatal(err)
+	}
+	say := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+	ctx := context.Background()
+	fds0 := fdlimit.OpenCount()
+	c, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir, Hostname: "127.0.0.1"}, connector.WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pid := c.Status().PluginPID
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, l := range strings.Split(string(limits), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			say("plugin %s", strings.Join(strings.Fields(l), " "))
+			if f := strings.Fields(l); len(f) < 5 || f[3] != strconv.Itoa(manyRegionsLimit) {
+				t.Fatalf("the plugin's limit is not %d: %q", manyRegionsLimit, l)
+			}
+		}
+	}
+	self := os.Getpid()
+	fdsUp, mapsUp := fdlimit.OpenCount(), fdlimit.MapCount()
+	start := time.Now()
+	regions := make([]*connector.Region, 0, manyRegionsCount)
+	for i := 0; i < manyRegionsCount; i++ {
+		r, err := c.Alloc(ctx, manyRegionsSize)
+		if err != nil {
+			t.Fatalf("Alloc #%d: %v", i+1, err)
+		}
+		binary.LittleEndian.PutUint64(r.Bytes(), uint64(r.ID()))
+		regions = append(regions, r)
+	}
+	took := time.Since(start)
+	say("registered %d regions of %d bytes in %v (%.0f/s); node: %d -> %d fds, %d -> %d mappings; %d memfds, mapped %d times here and %d times in the plugin, which holds %d",
+		manyRegionsCount, manyRegionsSize, took, manyRegionsCount/took.Seconds(), fdsUp, fdlimit.OpenCount(), mapsUp, fdlimit.MapCount(),
+		memfds(self), memfdMaps(self), memfdMaps(pid), memfds(pid))
+	// 100,000 x 4 KiB is 391 MiB: 7 slabs of 64 MiB, each one descriptor
+	// and one mapping per process.
+	const slabs = (manyRegionsCount*manyRegionsSize + 64<<20 - 1) / (64 << 20)
+	if memfds(self) != slabs || memfds(pid) != slabs || memfdMaps(self) != slabs || memfdMaps(pid) != slabs {
+		t.Fatalf("descriptors or mappings grew with the regions: want %d of each", slabs)
+	}
+	say("session=%s", c.SessionID())
+
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		t.Fatal("the test went away")
+	}
+	list, _ := strings.CutPrefix(in.Text(), "check ")
+	for _, s := range strings.Split(list, ",") {
+		id, _ := strconv.Atoi(s)
+		mem := regions[id-1].Bytes()
+		for j := range mem {
+			if mem[j] != byte(uint64(id)*31+uint64(j)) {
+				say("checked region %d byte %d is 0x%02x", id, j, mem[j])
+				t.Fatalf("region %d was not written", id)
+			}
+		}
+	}
+	say("checked ok")
+	io.Copy(io.Discard, os.Stdin) // the peer is done
+	// Freeing every region of the first slab closes it on both sides.
+	perSlab := (64 << 20) / manyRegionsSize
+	start = time.Now()
+	for _, r := range regions[:perSlab] {
+		if err := r.Free(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	say("freed %d regions in %v; %d memfds, mapped %d times here and %d times in the plugin, which holds %d",
+		perSlab, time.Since(start), memfds(self), memfdMaps(self), memfdMaps(pid), memfds(pid))
+	if memfds(self) != slabs-1 || memfds(pid) != slabs-1 || memfdMaps(self) != slabs-1 || memfdMaps(pid) != slabs-1 {
+		say("released leaked")
+		t.Fatal("the first slab is still open after its last region was freed")
+	}
+	// Close releases the rest.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fdlimit.OpenCount(); got > fds0 {
+		t.Errorf("%d descriptors open after Close, %d before New", got, fds0)
+	}
+	if memfds(self) != 0 || memfdMaps(self) != 0 {
+		say("released leaked")
+		t.Fatalf("%d memfds and %d of their mappings left after Close", memfds(self), memfdMaps(self))
+	}
+	say("released ok")
+}
+
+// memfds counts the memfds of kvconnect's slabs process pid holds open.
+func memfds(pid int) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(l, "/memfd:kvconnect:slab-") {
+			n++
+		}
+	}
+	return n
+}
+
+// memfdMaps counts the mappings of kvconnect's slabs in process pid.
+func memfdMaps(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return -1
+	}
+	return strings.Count(string(b), "/memfd:kvconnect:slab-")
+}
+
+// mooncakeMetadata asks session for its descriptor as a Mooncake peer
+// does (a Metadata frame without kvconnect's mark).
+func mooncakeMetadata(t *testing.T, session string) []byte {
+	t.Helper()
+	nc, err := net.Dial("tcp", session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := []byte("{}")
+	frame := make([]byte, 9+len(req))
+	binary.LittleEndian.PutUint64(frame, uint64(1+len(req)))
+	frame[8] = 1
+	copy(frame[9:], req)
+	if _, err := nc.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [9]byte
+	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	if hdr[8] != 1 {
+		t.Fatalf("reply of type %d", hdr[8])
+	}
+	body := make([]byte, binary.LittleEndian.Uint64(hdr[:])-1)
+	if _, err := io.ReadFull(nc, body); err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// TestRestartSendsEveryFileAgain: a restarted plugin gets each slab once
+// more and every region in it, and peers reach them through it.
+func TestRestartSendsEveryFileAgain(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	const n = 300
+	regions := make([]*connector.Region, n)
+	for i := range regions {
+		regions[i] = alloc(t, b, 4096)
+		binary.LittleEndian.PutUint64(regions[i].Bytes(), uint64(1000+i))
+	}
+	pid := b.Status().PluginPID
+	if got := memfds(pid); got != 1 {
+		t.Fatalf("the plugin holds %d memfds for %d small regions, want 1", got, n)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin to be restarted", func() bool {
+		st := b.Status()
+		return st.Healthy && st.Transports[0].Restarts == 1 && st.PluginPID != pid
+	})
+	pid = b.Status().PluginPID
+	if got, maps := memfds(pid), memfdMaps(pid); got != 1 || maps != 1 {
+		t.Fatalf("the restarted plugin holds %d memfds and %d mappings of them, want 1 and 1", got, maps)
+	}
+	local := alloc(t, a, 4096)
+	for _, i := range []int{0, 150, n - 1} {
+		if err := a.TransferSyncRead(ctx, b.SessionID(), local.Addr(), regions[i].Addr(), 4096); err != nil {
+			t.Fatalf("reading region %d after the restart: %v", i, err)
+		}
+		if got := binary.LittleEndian.Uint64(local.Bytes()); got != uint64(1000+i) {
+			t.Fatalf("region %d holds %d after the restart", i, got)
+		}
+	}
+}
+
+// TestIdleNodeBurnsNoCPU: after batches through the tcp plugin's ring,
+// an idle node (host and plugin) uses under 1% of a core.
+// KVCONNECT_TEST_IDLE sets how long it measures (default 2s).
+func TestIdleNodeBurnsNoCPU(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	src, dst := alloc(t, a, 4096), alloc(t, b, 4096)
+	peer, err := a.Open(ctx, b.SessionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5000; i++ {
+		if err := a.Transfer(ctx, peer, connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: dst.ID(), Length: 4096}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dp := a.Status().Transports[0].DataPath; dp != "ring" {
+		t.Fatalf("data path %q, want ring", dp)
+	}
+	time.Sleep(100 * time.Millisecond) // let spinners time out
+	idle := 2 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KVCONNECT_TEST_IDLE")); err == nil {
+		idle = d
+	}
+	pids := []int{os.Getpid(), a.Status().PluginPID, b.Status().PluginPID}
+	before := make([]float64, len(pids))
+	for i, pid := range pids {
+		before[i] = statTicks(t, pid)
+	}
+	time.Sleep(idle) // measuring idleness: nothing to wait for
+	for i, pid := range pids {
+		used := (statTicks(t, pid) - before[i]) / 100 // USER_HZ
+		t.Logf("pid %d: %.2f s of CPU in %v idle (%.2f%% of a core)", pid, used, idle, 100*used/idle.Seconds())
+		if used > idle.Seconds()*0.01+0.01 {
+			t.Errorf("pid %d used %.2f s of CPU in %v idle", pid, used, idle)
+		}
+	}
+}
+
+func statTicks(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return u + s
+}

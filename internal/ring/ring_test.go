@@ -1,0 +1,476 @@
+package ring
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+)
+
+func TestLayoutValidate(t *testing.T) {
+	good := DefaultLayout()
+	for _, tc := range []struct {
+		name string
+		mod  func(*Layout)
+		ok   bool
+	}{
+		{"default", func(*Layout) {}, true},
+		{"SQ not a power of two", func(l *Layout) { l.SQEntries = 3000 }, false},
+		{"SQ zero", func(l *Layout) { l.SQEntries = 0 }, false},
+		{"CQ more than half the SQ", func(l *Layout) { l.CQEntries = l.SQEntries }, false},
+		{"CQ not a power of two", func(l *Layout) { l.CQEntries = 100 }, false},
+		{"slot too small", func(l *Layout) { l.SlotSize = 512 }, false},
+		{"slot not a multiple of 64", func(l *Layout) { l.SlotSize = 4100 }, false},
+		{"no arena", func(l *Layout) { l.ArenaSlots = 0 }, false},
+		{"arena too large", func(l *Layout) { l.ArenaSlots, l.SlotSize = 1<<16, 1<<20 }, false},
+		{"small", func(l *Layout) { *l = Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8} }, true},
+	} {
+		l := good
+		tc.mod(&l)
+		if err := l.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate = %v", tc.name, err)
+		} else if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v is not ErrInvalidArgument", tc.name, err)
+		}
+	}
+	if good.MaxOps() != pluginrpc.MaxOps {
+		t.Errorf("the default layout holds batches of %d ops, want %d", good.MaxOps(), pluginrpc.MaxOps)
+	}
+	small := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8}
+	if n := small.MaxOps(); n <= 0 || AreaSize(n) > small.ArenaSize() {
+		t.Errorf("MaxOps of a small arena: %d (area %d of %d)", n, AreaSize(n), small.ArenaSize())
+	}
+}
+
+func TestEntriesRoundTrip(t *testing.T) {
+	s := Sub{Op: OpBatch, NOps: 7, ID: 1<<63 + 5, Peer: 42, Area: 4096 * 3, Timeout: int64(time.Second)}
+	b := make([]byte, SubSize)
+	for i := range b {
+		b[i] = 0xff // PutSub clears the reserved bytes
+	}
+	PutSub(b, s)
+	if got := GetSub(b); got != s || b[SubSize-1] != 0 {
+		t.Fatalf("Sub round trip: %+v", got)
+	}
+	c := Comp{ID: 9, NRec: 3, Flags: FlagBatchError, BatchKinds: 0x81, BatchMsg: 12, Posted: time.Now().UnixNano()}
+	cb := make([]byte, CompSize)
+	PutComp(cb, c)
+	if got := GetComp(cb); got != c {
+		t.Fatalf("Comp round trip: %+v", got)
+	}
+}
+
+func TestCheckSub(t *testing.T) {
+	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 64}
+	fits := uint64(l.ArenaSize() - AreaSize(10))
+	for _, tc := range []struct {
+		name string
+		s    Sub
+		ok   bool
+	}{
+		{"batch", Sub{Op: OpBatch, NOps: 10, ID: 1}, true},
+		{"batch at the end", Sub{Op: OpBatch, NOps: 10, ID: 1, Area: fits &^ 7}, true},
+		{"cancel", Sub{Op: OpCancel, ID: 3}, true},
+		{"unknown kind", Sub{Op: 9, NOps: 1, ID: 1}, false},
+		{"id 0", Sub{Op: OpBatch, NOps: 1}, false},
+		{"cancel of 0", Sub{Op: OpCancel}, false},
+		{"no ops", Sub{Op: OpBatch, ID: 1}, false},
+		{"too many ops", Sub{Op: OpBatch, NOps: pluginrpc.MaxOps + 1, ID: 1}, false},
+		{"more ops than the arena holds", Sub{Op: OpBatch, NOps: pluginrpc.MaxOps, ID: 1}, false},
+		{"area past the end", Sub{Op: OpBatch, NOps: 10, ID: 1, Area: fits + 8}, false},
+		{"area far past the end", Sub{Op: OpBatch, NOps: 10, ID: 1, Area: ^uint64(0) &^ 7}, false},
+		{"unaligned area", Sub{Op: OpBatch, NOps: 10, ID: 1, Area: 3}, false},
+	} {
+		err := l.CheckSub(tc.s)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: CheckSub = %v", tc.name, err)
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrProtocol) {
+			t.Errorf("%s: %v is not ErrProtocol", tc.name, err)
+		}
+		if err == nil && tc.s.Op == OpBatch {
+			arena := make([]byte, l.ArenaSize())
+			if _, err := AreaAt(arena, tc.s.Area, int(tc.s.NOps)); err != nil {
+				t.Errorf("%s: accepted, but AreaAt refuses it: %v", tc.name, err)
+			}
+		}
+	}
+}
+
+// kinds is the host's table, as the setup RPC carries it.
+var kinds = NewKinds(errdefs.KindNames())
+
+func newArea(t testing.TB, n int) Area {
+	t.Helper()
+	a, err := AreaAt(make([]byte, AreaSize(n)), 0, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestResultsRoundTrip: failed ops come back with their sentinels and
+// messages, distinct messages stored once, long ones truncated; a batch
+// error too; ops are packed as pluginrpc packs them.
+func TestResultsRoundTrip(t *testing.T) {
+	const n = 200
+	a := newArea(t, n)
+	for i := 0; i < n; i++ {
+		a.PutOp(i, pluginrpc.Op{Kind: 1, LocalRegion: uint64(i), Length: uint64(i) * 3})
+	}
+	for i := 0; i < n; i++ {
+		if got := a.Op(i); got.LocalRegion != uint64(i) || got.Length != uint64(i)*3 || got.Kind != 1 {
+			t.Fatalf("op %d: %+v", i, got)
+		}
+	}
+	long := strings.Repeat("x", 5000)
+	errs := map[int]error{
+		3:   fmt.Errorf("tcp: op 3: %w", errdefs.ErrOutOfBounds),
+		4:   fmt.Errorf("tcp: op 3: %w", errdefs.ErrOutOfBounds), // same message: stored once
+		10:  fmt.Errorf("tcp: lost: %w: %w", errdefs.ErrPeerUnreachable, errdefs.ErrTimeout),
+		199: errors.New(long),
+	}
+	batch := fmt.Errorf("tcp: closed: %w", errdefs.ErrClosed)
+	c := EncodeResults(a, 77, kinds, n, func(i int) error { return errs[i] }, batch)
+	if c.ID != 77 || c.NRec != 4 || c.Flags&FlagBatchError == 0 {
+		t.Fatalf("completion %+v", c)
+	}
+	if r3, r4 := a.record(0), a.record(1); r3.Msg != r4.Msg {
+		t.Error("a repeated message was stored twice")
+	}
+	got := map[int]error{}
+	berr, perr := DecodeResults(a, c, kinds, "plugin x", func(i int, err error) { got[i] = err })
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if len(got) != len(errs) {
+		t.Fatalf("%d failures came back, want %d", len(got), len(errs))
+	}
+	for i, want := range errs {
+		g := got[i]
+		for _, k := range errdefs.Kinds(want) {
+			if !errors.Is(g, errdefs.FromKind(k)) {
+				t.Errorf("op %d: %v lost sentinel %s", i, g, k)
+			}
+		}
+		if i != 199 && g.Error() != want.Error() {
+			t.Errorf("op %d: message %q, want %q", i, g, want)
+		}
+	}
+	if len(got[199].Error()) != MaxMessage {
+		t.Errorf("a long message came back with %d bytes, want %d", len(got[199].Error()), MaxMessage)
+	}
+	if !errors.Is(berr, errdefs.ErrClosed) || berr.Error() != batch.Error() {
+		t.Errorf("batch error %v", berr)
+	}
+}
+
+// TestMessagesRunOut: when the message area is full, failures keep their
+// sentinels and get a message saying none was recorded.
+func TestMessagesRunOut(t *testing.T) {
+	const n = 4
+	a := newArea(t, n)
+	c := EncodeResults(a, 1, kinds, n, func(i int) error {
+		return fmt.Errorf("%s: %w", strings.Repeat(string(rune('a'+i)), MaxMessage), errdefs.ErrOutOfBounds)
+	}, nil)
+	got := map[int]error{}
+	if _, perr := DecodeResults(a, c, kinds, "plugin x", func(i int, err error) { got[i] = err }); perr != nil {
+		t.Fatal(perr)
+	}
+	lost := 0
+	for i := 0; i < n; i++ {
+		if !errors.Is(got[i], errdefs.ErrOutOfBounds) {
+			t.Errorf("op %d lost its sentinel: %v", i, got[i])
+		}
+		if strings.Contains(got[i].Error(), "recorded no message") {
+			lost++
+		}
+	}
+	if lost == 0 || lost == n {
+		t.Errorf("%d of %d messages lost; want the area to hold some", lost, n)
+	}
+}
+
+// TestDecodeRefusesNonsense: whatever a plugin writes, decoding ends in
+// a protocol error, never a panic or an op out of range.
+func TestDecodeRefusesNonsense(t *testing.T) {
+	const n = 8
+	for _, tc := range []struct {
+		name string
+		c    Comp
+		recs []Record
+		msgs func(m []byte)
+	}{
+		{"more records than ops", Comp{NRec: n + 1}, nil, nil},
+		{"huge count", Comp{NRec: ^uint32(0)}, nil, nil},
+		{"index out of range", Comp{NRec: 1}, []Record{{Index: n, Msg: NoMsg}}, nil},
+		{"huge index", Comp{NRec: 1}, []Record{{Index: ^uint32(0), Msg: NoMsg}}, nil},
+		{"index twice", Comp{NRec: 2}, []Record{{Index: 1, Msg: NoMsg}, {Index: 1, Msg: NoMsg}}, nil},
+		{"message outside the area", Comp{NRec: 1}, []Record{{Index: 0, Msg: 1 << 30}}, nil},
+		{"message running past the area", Comp{NRec: 1}, []Record{{Index: 0, Msg: 0}}, func(m []byte) { binary.LittleEndian.PutUint16(m, uint16(len(m))) }},
+		{"message too long", Comp{NRec: 1}, []Record{{Index: 0, Msg: 0}}, func(m []byte) { binary.LittleEndian.PutUint16(m, MaxMessage+1) }},
+		{"batch message outside", Comp{Flags: FlagBatchError, BatchMsg: ^uint32(0) - 1}, nil, nil},
+	} {
+		a := newArea(t, n)
+		for j, r := range tc.recs {
+			a.PutRecord(j, r)
+		}
+		if tc.msgs != nil {
+			tc.msgs(a.msgs)
+		}
+		_, perr := DecodeResults(a, tc.c, kinds, "plugin x", func(i int, err error) {
+			if i < 0 || i >= n {
+				t.Errorf("%s: op %d reported", tc.name, i)
+			}
+		})
+		if !errors.Is(perr, errdefs.ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", tc.name, perr)
+		}
+	}
+}
+
+func TestKinds(t *testing.T) {
+	k := NewKinds([]string{"timeout", "", "timeout", "closed", "not_a_kind"})
+	err := fmt.Errorf("x: %w: %w", errdefs.ErrTimeout, errdefs.ErrClosed)
+	if m := k.Mask(err); m != 1|1<<3 {
+		t.Fatalf("mask %b", m)
+	}
+	if got := k.Names(^uint32(0)); strings.Join(got, ",") != "timeout,closed,not_a_kind" {
+		t.Fatalf("names %v", got)
+	}
+	if back := k.errorOf(1<<3, "", "op 2"); !errors.Is(back, errdefs.ErrClosed) || !strings.Contains(back.Error(), "op 2") {
+		t.Fatalf("made-up error %v", back)
+	}
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	if got := len(NewKinds(many).names); got != MaxKinds {
+		t.Fatalf("%d kinds kept, want %d", got, MaxKinds)
+	}
+}
+
+func alignedMem(size int) []byte {
+	b := make([]byte, size+64)
+	off := (64 - int(uintptr(unsafe.Pointer(&b[0]))%64)) % 64
+	return b[off : off+size]
+}
+
+func TestSharedHeaderAndQueues(t *testing.T) {
+	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8}
+	mem := alignedMem(l.Size())
+	s, err := Attach(mem, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.WriteHeader()
+	if err := s.CheckHeader(); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := Attach(mem, Layout{SQEntries: 16, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8})
+	if err := other.CheckHeader(); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a header of another layout: %v", err)
+	}
+	if _, err := Attach(mem[:l.Size()-1], l); err == nil {
+		t.Fatal("Attach accepted a short mapping")
+	}
+	PutSub(s.Sub(9), Sub{Op: OpBatch, ID: 5}) // wraps to entry 1
+	if GetSub(s.Sub(1)).ID != 5 {
+		t.Fatal("SQ index does not wrap")
+	}
+	binary.LittleEndian.PutUint64(mem, 0)
+	if err := s.CheckHeader(); err == nil {
+		t.Fatal("a header without the magic passed")
+	}
+	if len(s.Arena()) != l.ArenaSize() {
+		t.Fatal("arena size")
+	}
+}
+
+// TestSleepWakes: a sleeper wakes when the word moves (with the
+// producer's notify) and when someone wakes it, never missing a change
+// that came before it slept.
+func TestSleepWakes(t *testing.T) {
+	if !Supported {
+		t.Skip("no futex here")
+	}
+	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8}
+	s, _ := Attach(alignedMem(l.Size()), l)
+	woke := make(chan uint32)
+	var stop sync.WaitGroup
+	stop.Add(1)
+	go func() {
+		defer stop.Done()
+		seen := uint32(0)
+		for seen < 100 {
+			if v := s.Load(CQTail); v != seen {
+				seen = v
+				woke <- v
+				continue
+			}
+			s.Sleep(CQTail, seen, CQIdle, func() bool { return false }, 0)
+		}
+	}()
+	for i := uint32(1); i <= 100; i++ {
+		s.Store(CQTail, i)
+		s.NotifyCQ()
+		select {
+		case v := <-woke:
+			if v != i {
+				t.Fatalf("woke with %d, want %d", v, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the sleeper missed publication %d", i)
+		}
+	}
+	stop.Wait()
+}
+
+// FuzzDecodeResults: a plugin can write anything into a batch's area and
+// its completion: decoding never panics, and whatever it accepts names
+// each op at most once and only ops of the batch.
+func FuzzDecodeResults(f *testing.F) {
+	a := newArea(f, 3)
+	c := EncodeResults(a, 1, kinds, 3, func(i int) error {
+		if i == 1 {
+			return fmt.Errorf("x: %w", errdefs.ErrOutOfBounds)
+		}
+		return nil
+	}, errdefs.ErrClosed)
+	seed := append([]byte(nil), a.recs...)
+	seed = append(seed, a.msgs[:64]...)
+	f.Add(seed, uint8(3), c.NRec, c.Flags, c.BatchKinds, c.BatchMsg)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, uint8(1), uint32(1), uint32(1), ^uint32(0), uint32(0))
+	f.Fuzz(func(t *testing.T, data []byte, n uint8, nrec, flags, bkinds, bmsg uint32) {
+		ops := int(n%64) + 1
+		a := newArea(t, ops)
+		copy(a.recs, data)
+		if len(data) > len(a.recs) {
+			copy(a.msgs, data[len(a.recs):])
+		}
+		seen := map[int]bool{}
+		_, perr := DecodeResults(a, Comp{ID: 1, NRec: nrec, Flags: flags, BatchKinds: bkinds, BatchMsg: bmsg}, kinds, "plugin f", func(i int, err error) {
+			if i < 0 || i >= ops || seen[i] {
+				t.Fatalf("op %d reported (of %d; seen %v)", i, ops, seen[i])
+			}
+			if err == nil {
+				t.Fatal("a failure without an error")
+			}
+			seen[i] = true
+		})
+		if perr == nil && uint32(len(seen)) != nrec {
+			t.Fatalf("accepted %d records, reported %d", nrec, len(seen))
+		}
+	})
+}
+
+// FuzzCheckSub: any 64 bytes in an SQ entry either fail CheckSub or name
+// an area that fits the arena.
+func FuzzCheckSub(f *testing.F) {
+	b := make([]byte, SubSize)
+	PutSub(b, Sub{Op: OpBatch, NOps: 3, ID: 1, Area: 4096})
+	f.Add(b)
+	f.Add(make([]byte, SubSize))
+	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 64}
+	arena := make([]byte, l.ArenaSize())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < SubSize {
+			data = append(data, make([]byte, SubSize-len(data))...)
+		}
+		e := GetSub(data)
+		if l.CheckSub(e) != nil || e.Op != OpBatch {
+			return
+		}
+		a, err := AreaAt(arena, e.Area, int(e.NOps))
+		if err != nil {
+			t.Fatalf("CheckSub accepted %+v; AreaAt: %v", e, err)
+		}
+		_ = a.Op(a.Len() - 1)
+	})
+}
+
+func TestAdaptBudgets(t *testing.T) {
+	us := time.Microsecond
+	for _, tc := range []struct {
+		name  string
+		waits []time.Duration
+		fixed time.Duration
+		want  time.Duration
+	}{
+		{"nothing learned", nil, 0, minSpin},
+		{"short waits", []time.Duration{2 * us, 3 * us}, 0, minSpin},
+		{"twice the mean", []time.Duration{30 * us}, 0, 60 * us},
+		{"capped", []time.Duration{90 * us}, 0, 100 * us},
+		{"beyond the cap: hardly spin", []time.Duration{5 * time.Millisecond}, 0, minSpin / 2},
+		{"fixed", []time.Duration{5 * time.Millisecond}, 7 * us, 7 * us},
+		{"never", nil, -1, 0},
+		{"negative waits ignored", []time.Duration{-5 * us, 30 * us}, 0, 60 * us},
+	} {
+		a := &Adapt{Max: 100 * us, Fixed: tc.fixed}
+		for _, w := range tc.waits {
+			a.Observe(w)
+		}
+		if got := a.Budget(); got != tc.want {
+			t.Errorf("%s: budget %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// It follows a change: after long waits, short ones bring it back.
+	a := &Adapt{Max: 100 * us}
+	a.Observe(3 * time.Millisecond)
+	for i := 0; i < 64; i++ {
+		a.Observe(20 * us)
+	}
+	if got := a.Budget(); got > 50*us {
+		t.Errorf("after 64 short waits the budget is %v", got)
+	}
+	t.Setenv(EnvHostSpin, "0")
+	if NewAdapt(EnvHostSpin, us).Budget() != 0 {
+		t.Error("a knob of 0 still spins")
+	}
+	t.Setenv(EnvHostSpin, "15us")
+	if NewAdapt(EnvHostSpin, us).Budget() != 15*us {
+		t.Error("a knob of 15us is not 15us")
+	}
+	t.Setenv(EnvHostSpin, "bogus")
+	if NewAdapt(EnvHostSpin, 100*us).Budget() != minSpin {
+		t.Error("a malformed knob is not ignored")
+	}
+}
+
+// TestAdaptContention: when more than a quarter of recent spins were
+// preempted, budgets are 0 but for one probe in probeEvery; a window of
+// clean spins brings spinning back.
+func TestAdaptContention(t *testing.T) {
+	a := &Adapt{Max: 100 * time.Microsecond}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(i%8 == 0) // an eighth preempted: noise
+	}
+	if a.Budget() == 0 {
+		t.Fatal("occasional preemptions stopped spinning")
+	}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(i%2 == 0)
+	}
+	spins := 0
+	for i := 0; i < 10*probeEvery; i++ {
+		if a.Budget() > 0 {
+			spins++
+		}
+	}
+	if spins != 10 {
+		t.Fatalf("contended: %d of %d budgets spin, want 10", spins, 10*probeEvery)
+	}
+	for i := 0; i < spinWindow; i++ {
+		a.spun(false)
+	}
+	if a.Budget() == 0 {
+		t.Fatal("spinning did not come back after a clean window")
+	}
+}

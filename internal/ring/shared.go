@@ -1,0 +1,232 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+)
+
+// Word names a control word of the header.
+type Word int
+
+// The control words. Tails, heads and states are counters or flags one
+// side writes and the other reads, all with sequentially consistent
+// atomics (sync/atomic), so a store of a tail publishes the entries
+// written before it.
+const (
+	SQTail      Word = offSQTail // host: submissions published
+	SQHead      Word = offSQHead // plugin: submissions consumed
+	SQIdle      Word = offSQIdle // plugin: its SQ sleeper sleeps
+	SQSpin      Word = offSQSpin // plugin: goroutines spinning on the SQ
+	CQTail      Word = offCQTail // plugin: completions published
+	CQHead      Word = offCQHead // host: completions consumed
+	CQIdle      Word = offCQIdle // host: its CQ poller sleeps
+	HostState   Word = offHost
+	PluginState Word = offPlugin
+)
+
+// Shared is a ring file as one process maps it. Its methods only compute
+// addresses and move words and entries: which side may write what, and
+// in which order, is the protocol of docs/DATAPATH.md, kept by the host
+// and plugin sides. It is safe for concurrent use as far as the memory
+// is (entries are plain memory; words are atomic).
+type Shared struct {
+	mem   []byte
+	l     Layout
+	sq    []byte
+	cq    []byte
+	arena []byte
+}
+
+// Attach wraps a mapping of a ring file of layout l. mem must be 8-byte
+// aligned (a mapping is page aligned) and at least l.Size() bytes.
+func Attach(mem []byte, l Layout) (*Shared, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if len(mem) < l.Size() {
+		return nil, fmt.Errorf("ring: a mapping of %d bytes is too small for the layout's %d: %w", len(mem), l.Size(), errdefs.ErrInvalidArgument)
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%64 != 0 {
+		return nil, fmt.Errorf("ring: the mapping is not 64-byte aligned: %w", errdefs.ErrInvalidArgument)
+	}
+	return &Shared{
+		mem: mem, l: l,
+		sq:    mem[l.SQOffset():l.CQOffset():l.CQOffset()],
+		cq:    mem[l.CQOffset() : l.CQOffset()+int(l.CQEntries)*CompSize : l.CQOffset()+int(l.CQEntries)*CompSize],
+		arena: mem[l.ArenaOffset():l.Size():l.Size()],
+	}, nil
+}
+
+// WriteHeader writes the header of a new ring (the host, before it hands
+// the file to the plugin).
+func (s *Shared) WriteHeader() {
+	h := s.mem[:HeaderSize]
+	clear(h)
+	binary.LittleEndian.PutUint64(h[offMagic:], Magic)
+	binary.LittleEndian.PutUint32(h[offVersion:], Version)
+	binary.LittleEndian.PutUint32(h[offHeaderSize:], HeaderSize)
+	binary.LittleEndian.PutUint32(h[offSQEntries:], s.l.SQEntries)
+	binary.LittleEndian.PutUint32(h[offCQEntries:], s.l.CQEntries)
+	binary.LittleEndian.PutUint32(h[offSlotSize:], s.l.SlotSize)
+	binary.LittleEndian.PutUint32(h[offArenaSlots:], s.l.ArenaSlots)
+}
+
+// CheckHeader checks that the header describes the layout the ring was
+// attached with (the plugin, before it serves the ring).
+func (s *Shared) CheckHeader() error {
+	h := s.mem[:HeaderSize]
+	got := Layout{
+		SQEntries: binary.LittleEndian.Uint32(h[offSQEntries:]), CQEntries: binary.LittleEndian.Uint32(h[offCQEntries:]),
+		SlotSize: binary.LittleEndian.Uint32(h[offSlotSize:]), ArenaSlots: binary.LittleEndian.Uint32(h[offArenaSlots:]),
+	}
+	switch {
+	case binary.LittleEndian.Uint64(h[offMagic:]) != Magic:
+		return fmt.Errorf("ring: the file is not a ring (magic 0x%x): %w", binary.LittleEndian.Uint64(h[offMagic:]), errdefs.ErrInvalidArgument)
+	case binary.LittleEndian.Uint32(h[offVersion:]) != Version:
+		return fmt.Errorf("ring: version %d, this side speaks %d: %w", binary.LittleEndian.Uint32(h[offVersion:]), Version, errdefs.ErrNotSupported)
+	case binary.LittleEndian.Uint32(h[offHeaderSize:]) != HeaderSize || got != s.l:
+		return fmt.Errorf("ring: the header describes %+v, the setup request %+v: %w", got, s.l, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Layout is the ring's geometry.
+func (s *Shared) Layout() Layout { return s.l }
+
+// Arena is the arena.
+func (s *Shared) Arena() []byte { return s.arena }
+
+func (s *Shared) word(w Word) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[w])) }
+
+// Load, Store and Add access control word w atomically.
+func (s *Shared) Load(w Word) uint32      { return atomic.LoadUint32(s.word(w)) }
+func (s *Shared) Store(w Word, v uint32)  { atomic.StoreUint32(s.word(w), v) }
+func (s *Shared) Add(w Word, d int32) int { return int(int32(atomic.AddUint32(s.word(w), uint32(d)))) }
+
+// Sub and Comp are the bytes of SQ entry i and CQ entry i (modulo the
+// queue's size).
+func (s *Shared) Sub(i uint32) []byte {
+	o := int(i&(s.l.SQEntries-1)) * SubSize
+	return s.sq[o : o+SubSize : o+SubSize]
+}
+func (s *Shared) Comp(i uint32) []byte {
+	o := int(i&(s.l.CQEntries-1)) * CompSize
+	return s.cq[o : o+CompSize : o+CompSize]
+}
+
+// Wake wakes the processes sleeping on w.
+func (s *Shared) Wake(w Word) { futexWake(s.word(w), 1<<30) }
+
+// NotifySQ is what the host does after publishing submissions: wake the
+// plugin's SQ sleeper unless a plugin goroutine is spinning on the SQ
+// (that one will see them). The host's store of SQTail comes before
+// these loads, and a plugin goroutine announces sleeping or stops
+// spinning before it looks at SQTail a last time, so one of the two sees
+// the other: no submission waits for a wake-up that never comes.
+func (s *Shared) NotifySQ() {
+	if s.Load(SQIdle) != 0 && s.Load(SQSpin) == 0 {
+		s.Wake(SQTail)
+	}
+}
+
+// NotifyCQ is what the plugin does after publishing completions: wake the
+// host's poller if it sleeps.
+func (s *Shared) NotifyCQ() {
+	if s.Load(CQIdle) != 0 {
+		s.Wake(CQTail)
+	}
+}
+
+// Spinner is a bounded busy wait: Spin reports whether to keep spinning,
+// yielding the processor now and then so other goroutines run. When it
+// finds it was descheduled it stops. Its Adapt, if any, learns how many
+// spins were: call Done after the loop. The zero value is unusable; make
+// one with NewSpinner or SpinUntil.
+type Spinner struct {
+	until     time.Time
+	last      time.Time
+	a         *Adapt
+	n         int
+	preempted bool
+}
+
+// NewSpinner spins for d; a (may be nil) learns of preemptions.
+func NewSpinner(d time.Duration, a *Adapt) Spinner {
+	now := time.Now()
+	return Spinner{until: now.Add(d), last: now, a: a}
+}
+
+// SpinUntil spins until t; a (may be nil) learns of preemptions.
+func SpinUntil(t time.Time, a *Adapt) Spinner { return Spinner{until: t, last: time.Now(), a: a} }
+
+// Spin reports whether the spin budget lasts; call it once per check.
+// It reads the clock every 128 checks and yields the processor to other
+// goroutines every 2048 (a few microseconds of checking: a yield costs
+// about a microsecond itself).
+func (sp *Spinner) Spin() bool {
+	sp.n++
+	if sp.n%128 != 0 {
+		return true
+	}
+	if sp.n%2048 == 0 {
+		runtime.Gosched()
+	}
+	now := time.Now()
+	if now.Sub(sp.last) > preemptedAfter {
+		sp.preempted = true
+		return false
+	}
+	sp.last = now
+	return now.Before(sp.until)
+}
+
+// Done ends a spin that had a budget, telling its Adapt whether it was
+// preempted.
+func (sp *Spinner) Done() {
+	if sp.a != nil && sp.until.After(sp.last) {
+		sp.a.spun(sp.preempted)
+	}
+}
+
+// Sleep waits, without spinning, until w differs from seen, someone calls
+// Wake(w), timeout passes (when > 0), or done reports true: it raises
+// idle, looks at w and done once more, then sleeps on the futex.
+// Spurious returns happen; the caller rechecks. A Wake that comes
+// between the last look at done and the futex is lost: whoever makes
+// done true and wakes the sleeper must repeat the wake until the sleeper
+// has left, or the sleeper must sleep with a timeout.
+func (s *Shared) Sleep(w Word, seen uint32, idle Word, done func() bool, timeout time.Duration) {
+	s.Store(idle, 1)
+	if s.Load(w) == seen && !done() {
+		futexWait(s.word(w), seen, timeout)
+	}
+	s.Store(idle, 0)
+}
+
+// SpinFor is the spin budget named by environment variable env (a Go
+// duration, "0" for none), or def when it is unset or malformed: a
+// tuning knob for measurements (docs/DATAPATH.md).
+func SpinFor(env string, def time.Duration) time.Duration {
+	v := os.Getenv(env)
+	if v == "0" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}
+
+// Tuning knobs (environment variables) fixing the spin budgets: a Go
+// duration, or 0 for no spinning.
+const (
+	EnvHostSpin   = "KVCONNECT_RING_HOST_SPIN"
+	EnvPluginSpin = "KVCONNECT_RING_PLUGIN_SPIN"
+)

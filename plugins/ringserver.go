@@ -1,0 +1,385 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/internal/shm"
+)
+
+// A worker that just published a completion spins on the submission
+// queue for the host's next batch, for about twice the host's typical
+// think time (learned: ring.Adapt, at most maxWorkerSpin), before it
+// leaves: back-to-back batches then cost no wake-up and no goroutine. It
+// does not spin when the host's poller was asleep: the host needs a
+// wake-up before it can submit again, and the processor is better left
+// to it.
+const maxWorkerSpin = 50 * time.Microsecond
+
+// ringStopWait bounds how long stop waits for batches whose Transfer
+// ignores its canceled context.
+const ringStopWait = 10 * time.Second
+
+// ringServer serves one ring (internal/ring) on the plugin side: it
+// claims submissions from the SQ, runs each batch through the
+// transport's Transfer with a context that ends at the batch's timeout
+// or when the host cancels it, and publishes the outcome on the CQ.
+//
+// Goroutines: one sleeper waits for submissions when nothing else
+// watches the SQ, and starts a worker for each batch it claims; a worker
+// runs its batch, publishes its completion, then spins on the SQ for
+// a while and runs what it claims itself. claimMu makes claiming one
+// consumer at a time (and orders head); postMu orders completions (and
+// guards cqTail); mu guards running. Everything read from the ring is
+// checked before use: a host that breaks the protocol stops the ring,
+// never the process.
+type ringServer struct {
+	impl  Transport
+	log   *zap.Logger
+	seg   *shm.Segment
+	r     *ring.Shared
+	l     ring.Layout
+	kinds ring.Kinds
+	// gap learns the host's think time: from a completion to the next
+	// submission, for the workers' spin.
+	gap      *ring.Adapt
+	lastPost atomic.Int64 // unix ns of the last completion
+	// counts, for the debug log at stop
+	bySleeper, bySpinner, spinMisses atomic.Int64
+	transferTime                     ring.Adapt // Transfer's duration
+
+	claimMu sync.Mutex
+	head    uint32        // next SQ entry to claim; guarded by claimMu
+	seen    atomic.Uint32 // head, for spinners' lock-free looks
+
+	postMu sync.Mutex
+	cqTail uint32 // guarded by postMu
+
+	mu      sync.Mutex
+	running map[uint64]context.CancelFunc // batches claimed and not completed
+
+	ctx      context.Context // ends when the ring stops: every batch's parent
+	cancel   context.CancelFunc
+	stopping atomic.Bool
+	wg       sync.WaitGroup // the sleeper and the workers
+	stopOnce sync.Once
+}
+
+// job is a claimed batch: its submission, context and any reason it
+// cannot run.
+type job struct {
+	sub    ring.Sub
+	ctx    context.Context
+	cancel context.CancelFunc
+	bad    error
+}
+
+func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string) *ringServer {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &ringServer{impl: impl, log: log, seg: seg, r: r, l: r.Layout(), kinds: ring.NewKinds(kinds), gap: ring.NewAdapt(ring.EnvPluginSpin, maxWorkerSpin),
+		running: map[uint64]context.CancelFunc{}, ctx: ctx, cancel: cancel}
+	s.head = r.Load(ring.SQHead)
+	s.seen.Store(s.head)
+	s.cqTail = r.Load(ring.CQTail)
+	r.Store(ring.PluginState, ring.PluginServing)
+	s.wg.Add(1)
+	go s.sleeper()
+	return s
+}
+
+// claim takes every submission published and not yet claimed into jobs:
+// batches get their contexts (registered in running, so a cancellation
+// behind them finds them); cancellations are applied at once. A broken
+// SQ (a tail more than a queue ahead) stops the ring.
+func (s *ringServer) claim(jobs []job) []job {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	if s.stopping.Load() {
+		return jobs
+	}
+	tail := s.r.Load(ring.SQTail)
+	if tail == s.head {
+		return jobs
+	}
+	if tail-s.head > s.l.SQEntries {
+		s.fail(fmt.Errorf("plugin ring: the host published SQ tail %d with %d entries consumed, more than the queue's %d: %w", tail, s.head, s.l.SQEntries, errdefs.ErrProtocol))
+		return jobs
+	}
+	if last := s.lastPost.Swap(0); last != 0 {
+		if gap := time.Duration(time.Now().UnixNano() - last); gap < 10*time.Millisecond {
+			s.gap.Observe(gap)
+		}
+	}
+	for ; s.head != tail; s.head++ {
+		e := ring.GetSub(s.r.Sub(s.head))
+		if e.Op == ring.OpCancel {
+			s.mu.Lock()
+			if cancel := s.running[e.ID]; cancel != nil {
+				cancel()
+			}
+			s.mu.Unlock()
+			continue
+		}
+		j := job{sub: e, bad: s.l.CheckSub(e)}
+		parent := s.ctx
+		if j.bad == nil && e.Timeout > 0 {
+			j.ctx, j.cancel = context.WithTimeout(parent, time.Duration(e.Timeout))
+		} else {
+			j.ctx, j.cancel = context.WithCancel(parent)
+		}
+		s.mu.Lock()
+		if _, dup := s.running[e.ID]; dup && j.bad == nil {
+			j.bad = fmt.Errorf("plugin ring: batch %d submitted while it runs: %w", e.ID, errdefs.ErrProtocol)
+		} else if j.bad == nil {
+			s.running[e.ID] = j.cancel
+		}
+		s.mu.Unlock()
+		jobs = append(jobs, j)
+	}
+	s.r.Store(ring.SQHead, s.head)
+	s.seen.Store(s.head)
+	return jobs
+}
+
+// sleeper claims submissions when no worker is spinning, sleeping on the
+// SQ's futex in between, and starts a worker per batch.
+func (s *ringServer) sleeper() {
+	defer s.wg.Done()
+	var buf [8]job
+	for !s.stopping.Load() {
+		jobs := s.claim(buf[:0])
+		s.bySleeper.Add(int64(len(jobs)))
+		for _, j := range jobs {
+			s.wg.Add(1)
+			go s.work(j)
+		}
+		if len(jobs) > 0 {
+			// Let the workers start on this processor before this thread
+			// blocks in the futex.
+			runtime.Gosched()
+			continue
+		}
+		s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0)
+	}
+}
+
+// work runs j, then keeps claiming and running batches for as long as
+// the host submits them within ringSpin of each completion.
+func (s *ringServer) work(j job) {
+	defer s.wg.Done()
+	var buf [4]job
+	for {
+		hostAwake := s.run(j)
+		if s.stopping.Load() {
+			return
+		}
+		budget := s.gap.Budget()
+		if !hostAwake {
+			budget = 0
+		}
+		s.r.Add(ring.SQSpin, 1)
+		jobs := buf[:0]
+		sp := ring.NewSpinner(budget, s.gap)
+		for sp.Spin() && !s.stopping.Load() {
+			if s.r.Load(ring.SQTail) != s.seen.Load() {
+				if jobs = s.claim(jobs); len(jobs) > 0 {
+					break
+				}
+			}
+		}
+		sp.Done()
+		s.r.Add(ring.SQSpin, -1)
+		// What the host published while this worker still counted as
+		// spinning, it did not wake the sleeper for.
+		jobs = s.claim(jobs)
+		if len(jobs) == 0 {
+			s.spinMisses.Add(1)
+			return
+		}
+		s.bySpinner.Add(int64(len(jobs)))
+		for _, extra := range jobs[1:] {
+			s.wg.Add(1)
+			go s.work(extra)
+		}
+		j = jobs[0]
+	}
+}
+
+// run runs one batch and publishes its completion. It reports whether
+// the host's poller was awake to see it (worth spinning for its next).
+func (s *ringServer) run(j job) (hostAwake bool) {
+	e := j.sub
+	defer func() {
+		j.cancel()
+		s.mu.Lock()
+		if j.bad == nil {
+			delete(s.running, e.ID)
+		}
+		s.mu.Unlock()
+	}()
+	if j.bad != nil {
+		s.log.Warn("refusing a malformed ring submission", zap.Error(j.bad))
+		return s.post(ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
+	}
+	area, err := ring.AreaAt(s.r.Arena(), e.Area, int(e.NOps))
+	if err != nil { // CheckSub said it fits
+		return s.post(ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(err), BatchMsg: ring.NoMsg})
+	}
+	n := area.Len()
+	ops := make([]Op, n)
+	for i := range ops {
+		ops[i] = opFromWire(area.Op(i))
+	}
+	results := make([]OpResult, n)
+	start := time.Now()
+	berr := s.impl.Transfer(j.ctx, PeerID(e.Peer), ops, results)
+	s.transferTime.Observe(time.Since(start))
+	return s.post(ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
+}
+
+// post publishes a completion, waiting while the CQ is full (the host
+// bounds its batches in flight by the CQ's size, so only a host that
+// stopped reading fills it). It reports whether the host's poller was
+// awake.
+func (s *ringServer) post(c ring.Comp) (hostAwake bool) {
+	s.postMu.Lock()
+	for {
+		used := s.cqTail - s.r.Load(ring.CQHead)
+		if used < s.l.CQEntries {
+			break
+		}
+		if used > s.l.CQEntries {
+			s.postMu.Unlock()
+			s.fail(fmt.Errorf("plugin ring: the host consumed completions that were never published (CQ head %d, tail %d): %w", s.r.Load(ring.CQHead), s.cqTail, errdefs.ErrProtocol))
+			return false
+		}
+		if s.stopping.Load() {
+			s.postMu.Unlock()
+			return false
+		}
+		s.postMu.Unlock()
+		time.Sleep(50 * time.Microsecond) // the host is behind: rare
+		s.postMu.Lock()
+	}
+	c.Posted = time.Now().UnixNano()
+	ring.PutComp(s.r.Comp(s.cqTail), c)
+	s.cqTail++
+	s.r.Store(ring.CQTail, s.cqTail)
+	s.postMu.Unlock()
+	hostAwake = s.r.Load(ring.CQIdle) == 0
+	s.r.NotifyCQ()
+	// The host's think time is learned from completions it was awake
+	// for: the others' gaps hold its wake-up, which no spin catches.
+	if hostAwake {
+		s.lastPost.Store(c.Posted)
+	} else {
+		s.lastPost.Store(0)
+	}
+	return hostAwake
+}
+
+// fail stops serving the ring after the host broke its protocol; the
+// host falls back to Transfer.
+func (s *ringServer) fail(err error) {
+	s.log.Error("the host broke the ring protocol; serving batches over gRPC only", zap.Error(err))
+	s.stopping.Store(true)
+	s.cancel()
+}
+
+// stop ends the ring: batches running get their contexts canceled and
+// publish what they did, the goroutines end, and the ring is unmapped.
+// It is idempotent. If a batch outlives ringStopWait (a Transfer that
+// ignores its context) the ring stays mapped, since it may still write.
+func (s *ringServer) stop() {
+	s.stopOnce.Do(func() {
+		s.stopping.Store(true)
+		s.cancel()
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		deadline := time.NewTimer(ringStopWait)
+		defer deadline.Stop()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			// Repeat the wake: one that comes just before the sleeper's
+			// futex call is lost.
+			s.r.Wake(ring.SQTail)
+			select {
+			case <-done:
+				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()),
+					zap.Int64("spins_missed", s.spinMisses.Load()), zap.Duration("mean_host_gap", s.gap.Mean()), zap.Duration("mean_transfer", s.transferTime.Mean()))
+				s.r.Store(ring.PluginState, ring.PluginStopped)
+				s.seg.Close()
+				return
+			case <-deadline.C:
+				s.log.Error("ring batches still running after the ring stopped; leaving it mapped", zap.Duration("waited", ringStopWait))
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}
+
+// openRing maps the ring file the host sent and starts serving it.
+func (s *grpcServer) openRing(token uint64, l ring.Layout, kinds []string) error {
+	if s.fds == nil || !ring.Supported {
+		return fmt.Errorf("open ring: %w", ErrNotSupported)
+	}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("open ring: %w", err)
+	}
+	s.mu.Lock()
+	open := s.ring != nil
+	s.mu.Unlock()
+	if open {
+		return fmt.Errorf("open ring: a ring is already open: %w", ErrInvalidArgument)
+	}
+	f, err := s.fds.Take(token, fdTimeout)
+	if err != nil {
+		return fmt.Errorf("open ring: %w", err)
+	}
+	seg, err := shm.MapView(f, l.Size())
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("open ring: %v: %w", err, ErrInvalidArgument)
+	}
+	r, err := ring.Attach(seg.Bytes(), l)
+	if err == nil {
+		err = r.CheckHeader()
+	}
+	if err != nil {
+		seg.Close()
+		return fmt.Errorf("open ring: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		seg.Close()
+		return fmt.Errorf("open ring: %w", ErrClosed)
+	case s.ring != nil:
+		seg.Close()
+		return fmt.Errorf("open ring: a ring is already open: %w", ErrInvalidArgument)
+	}
+	s.ring = newRingServer(s.impl, s.log, seg, r, kinds)
+	return nil
+}
+
+// stopRing stops the ring, if one is open.
+func (s *grpcServer) stopRing() {
+	s.mu.Lock()
+	rs := s.ring
+	s.closed = true
+	s.mu.Unlock()
+	if rs != nil {
+		rs.stop()
+	}
+}
