@@ -31,6 +31,7 @@ const (
 	Transport_Disconnect_FullMethodName       = "/kvconnect.plugins.v1.Transport/Disconnect"
 	Transport_Transfer_FullMethodName         = "/kvconnect.plugins.v1.Transport/Transfer"
 	Transport_Close_FullMethodName            = "/kvconnect.plugins.v1.Transport/Close"
+	Transport_Stats_FullMethodName            = "/kvconnect.plugins.v1.Transport/Stats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -46,6 +47,10 @@ type TransportClient interface {
 	// Transfer runs a batch of ops and answers when every op has completed.
 	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// Stats reports what the transport served to peers (plugins.StatsReporter,
+	// optional: a transport without it answers not_supported, an older
+	// plugin UNIMPLEMENTED). Every count only grows.
+	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
 
 type transportClient struct {
@@ -136,6 +141,16 @@ func (c *transportClient) Close(ctx context.Context, in *CloseRequest, opts ...g
 	return out, nil
 }
 
+func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatsResponse)
+	err := c.cc.Invoke(ctx, Transport_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -149,6 +164,10 @@ type TransportServer interface {
 	// Transfer runs a batch of ops and answers when every op has completed.
 	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// Stats reports what the transport served to peers (plugins.StatsReporter,
+	// optional: a transport without it answers not_supported, an older
+	// plugin UNIMPLEMENTED). Every count only grows.
+	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -182,6 +201,9 @@ func (UnimplementedTransportServer) Transfer(context.Context, *TransferRequest) 
 }
 func (UnimplementedTransportServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -348,6 +370,24 @@ func _Transport_Close_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Stats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Stats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,6 +426,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Transport_Close_Handler,
+		},
+		{
+			MethodName: "Stats",
+			Handler:    _Transport_Stats_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
