@@ -149,13 +149,14 @@ func TestKVConnectEnv(t *testing.T) {
 		"KVCONNECT_LOG_LEVEL=debug", "KVCONNECT_LOG_FORMAT=json", "KVCONNECT_DEVICE_NAME=mlx5_4",
 		"KVCONNECT_METADATA=P2PHANDSHAKE", "KVCONNECT_FALLBACK=tcp", "KVCONNECT_MOONCAKE_INTEROP=off",
 		"KVCONNECT_AUTH_SECRET=", "KVCONNECT_AUTH_SECRET_FILE=",
+		"KVCONNECT_METRICS_ADDRESS=127.0.0.1:9464", "KVCONNECT_METRICS_PEER_LABELS=true",
 	}
 	l := mustLoad(t, Options{Environ: env})
 	c := l.Config
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
 		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: MetadataP2P,
-		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false),
+		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false), MetricsAddress: "127.0.0.1:9464", MetricsPeerLabels: true,
 		Notes: []string{`KVCONNECT_PROTOCOL=ucx overrides protocol "rdma" from env MOONCAKE_PROTOCOL`}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config = %+v\nwant     %+v", c, want)
