@@ -57,6 +57,7 @@ type Connector struct {
 	hostID       string
 	started      time.Time
 	auth         *auth.Keyring // nil: authentication off
+	metrics      *nodeMetrics  // nil: metrics off (metrics.go)
 
 	// regMu orders region (de)registration with plugin restarts, so a
 	// restarted transport gets every region.
@@ -117,11 +118,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.startChain(ctx); err != nil {
+	if err := c.metricsStart(); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	if err := c.startChain(ctx); err != nil {
+		ln.Close()
+		c.metricsAbort()
+		return nil, err
+	}
 	c.serveRPC(ln)
+	c.metricsUp()
 	names := make([]string, len(c.transports))
 	for i, at := range c.transports {
 		names[i] = at.name

@@ -52,6 +52,7 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 	if c.rpc != nil {
 		c.rpc.close()
 	}
+	metricsErr := c.metricsStop(ctx)
 	// No handshake handler runs any more, so nothing sends on notify.
 	close(c.notify)
 	for _, p := range peers {
@@ -88,7 +89,7 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("connector: shutdown left batches or plugin restarts running: %w", contextError(ctx.Err())))
 	}
 	c.log.Info("kvconnect node closed", zap.String("session", c.session))
-	return err
+	return errors.Join(err, metricsErr)
 }
 
 func (c *Connector) closeTransports(ctx context.Context) error {

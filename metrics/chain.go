@@ -65,7 +65,7 @@ func registerOrReuse(reg prometheus.Registerer, c *prometheus.CounterVec) (*prom
 			return existing, nil
 		}
 	}
-	return nil, fmt.Errorf("metrics: registering the chain counters: %v: %w", err, errdefs.ErrInvalidArgument)
+	return nil, fmt.Errorf("metrics: registering the chain counters: %v (when nodes share a registry, wrap every node's registerer with a label of its own, e.g. prometheus.WrapRegistererWith(prometheus.Labels{\"node\": name}, reg)): %w", err, errdefs.ErrInvalidArgument)
 }
 
 // Chain records what the fallback chain did: every attempt, a fallback

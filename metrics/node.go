@@ -93,6 +93,10 @@ func NewNode(src Source, opts Options) *Node {
 		md: newMetadataMetrics(),
 	}
 	n.buildInfo.Set(1)
+	// Series that exist from the start, so increase() sees the first event.
+	n.handshakes.WithLabelValues("ok")
+	n.handshakeRefusals.WithLabelValues(HandshakeUnauthenticated)
+	n.handshakeRefusals.WithLabelValues(HandshakeBadRequest)
 	return n
 }
 
@@ -150,7 +154,7 @@ func (n *Node) Register(reg prometheus.Registerer) error {
 		if errors.As(err, &are) {
 			return fmt.Errorf("metrics: a kvconnect node's collectors are already registered on this prometheus.Registerer (another node?): give each node its own, e.g. prometheus.WrapRegistererWith(prometheus.Labels{\"node\": ...}, reg): %w", errdefs.ErrInvalidArgument)
 		}
-		return fmt.Errorf("metrics: registering the node's collectors: %v: %w", err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("metrics: registering the node's collectors: %v (when nodes share a registry, wrap every node's registerer with a label of its own, e.g. prometheus.WrapRegistererWith(prometheus.Labels{\"node\": name}, reg)): %w", err, errdefs.ErrInvalidArgument)
 	}
 	n.regMu.Lock()
 	n.regs = append(n.regs, reg)
