@@ -519,4 +519,3 @@ func TestWithMetricsRegistry(t *testing.T) {
 		t.Errorf("a node that never started left its collectors:\n%s", f.Dump("kvconnect_transport"))
 	}
 }
-
