@@ -121,9 +121,12 @@ func (o *SuiteOptions) validate() error {
 
 // Variant names.
 const (
-	VariantRaw         = "raw Go TCP"
-	VariantRaw1        = "raw Go TCP, 1 process"
-	VariantTCPPlugin   = "tcp plugin"
+	VariantRaw       = "raw Go TCP"
+	VariantRaw1      = "raw Go TCP, 1 process"
+	VariantTCPPlugin = "tcp plugin"
+	// VariantTCPMetrics is VariantTCPPlugin with both nodes' metrics
+	// endpoints on (metrics_address), scraped every ScrapeInterval.
+	VariantTCPMetrics  = "tcp plugin, metrics on"
 	VariantTCPInProc   = "tcp in-process"
 	VariantUCXPlugin   = "ucx plugin"
 	VariantEFAPlugin   = "efa plugin"
@@ -202,6 +205,13 @@ type SuiteResult struct {
 	Baseline string  `json:"baseline"`
 	Cells    []*Cell `json:"cells"`
 	Latency  []*Cell `json:"latency"`
+	// SingleOp are the single-op cells (batch 1, 1 thread) of
+	// MetricsSingleOpBlock measured for the metrics on/off pair only.
+	SingleOp []*Cell `json:"single_op,omitempty"`
+	// MetricsOverhead compares "tcp plugin, metrics on" with "tcp plugin"
+	// cell by cell (GB/s, same-round ratios); each must be at least
+	// MetricsOverheadTarget.
+	MetricsOverhead []Comparison `json:"metrics_overhead,omitempty"`
 	// PluginVsInProcess is tcp plugin / tcp in-process per op and block
 	// size (median of per-round ratios), keyed "WRITE 1MiB".
 	PluginVsInProcess map[string]summary `json:"plugin_vs_in_process"`
@@ -218,6 +228,7 @@ type Comparison struct {
 	Base      string    `json:"base"`
 	Op        Operation `json:"operation"`
 	BlockSize int       `json:"block_size"`
+	BatchSize int       `json:"batch_size,omitempty"` // metrics overhead: 1 for single ops
 	Ratio     summary   `json:"ratio"`
 	Target    float64   `json:"target,omitempty"` // the ratio to reach, 0 = none
 }
@@ -298,7 +309,7 @@ type variantSetup struct {
 func (o *SuiteOptions) variants(conns int) []variantSetup {
 	log := o.Log
 	strict := func(protocol string, transportOpts map[string]any) connector.Config {
-		cfg := o.Config
+		cfg := withoutMetrics(o.Config)
 		cfg.Protocol, cfg.Fallback = protocol, []string{}
 		if transportOpts != nil {
 			ts := make(map[string]map[string]any, len(cfg.Transports)+1)
@@ -353,6 +364,15 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 			start: raw(nil)},
 		{required: true, status: VariantStatus{Name: VariantTCPPlugin, Transport: "tcp", Mode: "plugin", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict("tcp", nil), "tcp", nodeOpts())},
+		{required: true, status: VariantStatus{Name: VariantTCPMetrics, Transport: "tcp", Mode: "plugin",
+			Detail: fmt.Sprintf("%d connections; metrics_address on both nodes, each scraped every %v", conns, ScrapeInterval)},
+			start: func(ctx context.Context) (bencher, error) {
+				b, err := pair(withMetricsEndpoint(strict("tcp", nil)), "tcp", nodeOpts())(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return newMetricsBencher(b.(pairBencher).p), nil
+			}},
 		{required: true, status: VariantStatus{Name: VariantTCPInProc, Transport: "tcp", Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict("tcp", nil), "tcp", nodeOpts(InProcessTCP()))},
 	}...)
@@ -558,13 +578,27 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 	for _, r := range live {
 		cell(&res.Latency, res.Variants[r.idx].Name, latW)
 	}
+	// The metrics on/off pair also runs single ops of MetricsSingleOpBlock.
+	singleW := Workload{Op: Write, BlockSize: MetricsSingleOpBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.Warmup}
+	var metricsPair []running
+	for _, r := range live {
+		if v := res.Variants[r.idx].Name; v == VariantTCPPlugin || v == VariantTCPMetrics {
+			metricsPair = append(metricsPair, r)
+			if singleW.BlockSize != o.LatencyBlock {
+				cell(&res.SingleOp, v, singleW)
+			}
+		}
+	}
 
 	failed := map[int]string{} // variant -> where it failed
 	measure := func(round int, r running, w Workload) {
 		v := res.Variants[r.idx].Name
 		list := &res.Cells
-		if w.BatchSize == 1 {
+		switch {
+		case w.BatchSize == 1 && w.BlockSize == o.LatencyBlock:
 			list = &res.Latency
+		case w.BatchSize == 1:
+			list = &res.SingleOp
 		}
 		c := cell(list, v, w)
 		if where, ok := failed[r.idx]; ok {
@@ -596,6 +630,14 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 				measure(round, live[(j+round)%len(live)], w)
 			}
 		}
+		if singleW.BlockSize != o.LatencyBlock {
+			for j := range metricsPair {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				measure(round, metricsPair[(j+round)%len(metricsPair)], singleW)
+			}
+		}
 		o.Progress.Set("round %d/%d  connector.New with protocol rdma -> tcp", round+1, o.Rounds)
 		timeFallback(ctx, &o, &res.Fallback)
 	}
@@ -609,7 +651,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 // timeFallback times connector.New with protocol rdma, fallback [tcp], and
 // connector.New with protocol tcp, FallbackSamples times each.
 func timeFallback(ctx context.Context, o *SuiteOptions, f *FallbackTiming) {
-	cfg := o.Config
+	cfg := withoutMetrics(o.Config)
 	cfg.Protocol, cfg.Fallback, cfg.RPCPort = "rdma", []string{"tcp"}, 0
 	f.Config = "protocol: rdma, fallback: [tcp] (plugin processes)"
 	if p, _, err := host.FindPlugin("rdma", cfg.PluginDir); err == nil {
@@ -665,7 +707,7 @@ func summarizeSuite(res *SuiteResult) {
 	for _, c := range res.Cells {
 		byKey[k(c.Variant, c.Op, c.BlockSize)] = c
 	}
-	for _, list := range [][]*Cell{res.Cells, res.Latency} {
+	for _, list := range [][]*Cell{res.Cells, res.Latency, res.SingleOp} {
 		for _, c := range list {
 			var gb, ops, p50, p99, hcpu, pcpu []float64
 			for _, r := range c.Results {
@@ -729,6 +771,7 @@ func summarizeSuite(res *SuiteResult) {
 				Ratio: ratio(c, base), Target: cmp.target})
 		}
 	}
+	summarizeMetricsOverhead(res, ratio)
 	f := &res.Fallback
 	f.TotalMs, f.RDMAMs, f.TCPMs, f.PlainTCPMs = summarize(f.samples), summarize(f.rdma), summarize(f.tcp), summarize(f.plain)
 }
