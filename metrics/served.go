@@ -114,6 +114,7 @@ func (t *servedTracker) collect(ch chan<- prometheus.Metric, transports []Transp
 	answers := make([]answer, 0, len(transports))
 	var wg sync.WaitGroup
 	var amu sync.Mutex
+	late := false // the scrape went on without this answer
 	for i, ts := range transports {
 		if ts.Stats == nil {
 			continue
@@ -132,11 +133,26 @@ func (t *servedTracker) collect(ch chan<- prometheus.Metric, transports []Transp
 				a.sum = fromStats(st)
 			}
 			amu.Lock()
-			answers = append(answers, a)
+			if !late {
+				answers = append(answers, a)
+			}
 			amu.Unlock()
 		}()
 	}
-	wg.Wait()
+	// A transport that ignores its deadline does not hold the scrape: it
+	// shows its last report.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(StatsTimeout + 100*time.Millisecond)
+	select {
+	case <-done:
+	case <-timer.C:
+	}
+	timer.Stop()
+	amu.Lock()
+	late = true
+	answers = append([]answer(nil), answers...)
+	amu.Unlock()
 
 	t.mu.Lock()
 	if t.gone == nil {
