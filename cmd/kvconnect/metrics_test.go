@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -232,5 +233,27 @@ func TestServeMetricsPortTaken(t *testing.T) {
 	code, out, took := runServe(t, "--metrics-address", "127.0.0.1:"+port)
 	if code != 1 || !strings.Contains(out, "port "+port) || !strings.Contains(out, "metrics_address") || !strings.Contains(out, "address in use") {
 		t.Fatalf("serve with metrics_address on a taken port: exit %d after %v:\n%s", code, took, out)
+	}
+}
+
+// TestDoctorMetricsAddress: doctor says whether metrics_address can be
+// bound, and a taken port is an error (exit 1) naming it.
+func TestDoctorMetricsAddress(t *testing.T) {
+	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	out, err := runCLI(t, "doctor", "--plugin-dir", pluginDir(t), "--metrics-address", "127.0.0.1:0")
+	if err != nil || !strings.Contains(out, "metrics_address 127.0.0.1:0: bindable") {
+		t.Fatalf("doctor with a free metrics_address: %v\n%s", err, out)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	out, err = runCLI(t, "doctor", "--plugin-dir", pluginDir(t), "--metrics-address", addr)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(out, "metrics_address "+addr+" cannot be bound") {
+		t.Fatalf("doctor with a taken metrics_address: %v\n%s", err, out)
 	}
 }
