@@ -55,11 +55,11 @@ type DoctorHost struct {
 	MetricsAddress string `json:"metrics_address,omitempty"`
 	MetricsOK      bool   `json:"metrics_address_bindable,omitempty"`
 	MetricsErr     string `json:"metrics_address_error,omitempty"`
-	ShmTotal   uint64   `json:"dev_shm_total_bytes"`
-	ShmFree    uint64   `json:"dev_shm_free_bytes"`
-	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
-	MemlockMax uint64   `json:"memlock_hard_bytes"`
-	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
+	ShmTotal       uint64 `json:"dev_shm_total_bytes"`
+	ShmFree        uint64 `json:"dev_shm_free_bytes"`
+	MemlockCur     uint64 `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
+	MemlockMax     uint64 `json:"memlock_hard_bytes"`
+	CapIPCLock     bool   `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
 	// Auth says whether peers must authenticate, and with which key (never
 	// a secret).
 	Auth string `json:"auth"`
