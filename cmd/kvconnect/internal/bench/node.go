@@ -269,5 +269,6 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	}
 	r.HostCPU, r.PluginCPU = after.since(before)
 	r.fill(w, elapsed, all)
+	r.lat = all
 	return r, lay.touched(issued), nil
 }

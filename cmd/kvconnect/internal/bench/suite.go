@@ -205,12 +205,13 @@ type SuiteResult struct {
 	Baseline string  `json:"baseline"`
 	Cells    []*Cell `json:"cells"`
 	Latency  []*Cell `json:"latency"`
-	// SingleOp are the single-op cells (batch 1, 1 thread) of
-	// MetricsSingleOpBlock measured for the metrics on/off pair only.
-	SingleOp []*Cell `json:"single_op,omitempty"`
+	// MetricsCells are "tcp plugin" and "tcp plugin, metrics on" measured
+	// against each other in interleaved slices (metricsWorkloads); apart
+	// from the cells above.
+	MetricsCells []*Cell `json:"metrics_cells,omitempty"`
 	// MetricsOverhead compares "tcp plugin, metrics on" with "tcp plugin"
-	// cell by cell (GB/s, same-round ratios); each must be at least
-	// MetricsOverheadTarget.
+	// workload by workload (GB/s, same-round ratios); each must be at
+	// least MetricsOverheadTarget.
 	MetricsOverhead []Comparison `json:"metrics_overhead,omitempty"`
 	// PluginVsInProcess is tcp plugin / tcp in-process per op and block
 	// size (median of per-round ratios), keyed "WRITE 1MiB".
@@ -565,8 +566,12 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 			workloads = append(workloads, Workload{Op: op, BlockSize: bs, BatchSize: o.BatchSize, Threads: o.Threads, Duration: o.Duration, Warmup: o.Warmup})
 		}
 	}
-	// Rows in a stable order: variant by variant, then workload.
+	// Rows in a stable order: variant by variant, then workload. The
+	// metrics-on variant is measured only against tcp plugin (below).
 	for _, s := range res.Variants {
+		if s.Name == VariantTCPMetrics {
+			continue
+		}
 		for _, w := range workloads {
 			c := cell(&res.Cells, s.Name, w)
 			if !s.Available {
@@ -575,17 +580,25 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 		}
 	}
 	latW := Workload{Op: Write, BlockSize: o.LatencyBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.Warmup}
-	for _, r := range live {
+	var off, on *running
+	for i, r := range live {
+		switch res.Variants[r.idx].Name {
+		case VariantTCPMetrics:
+			on = &live[i]
+			continue
+		case VariantTCPPlugin:
+			off = &live[i]
+		}
 		cell(&res.Latency, res.Variants[r.idx].Name, latW)
 	}
-	// The metrics on/off pair also runs single ops of MetricsSingleOpBlock.
-	singleW := Workload{Op: Write, BlockSize: MetricsSingleOpBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.Warmup}
-	var metricsPair []running
-	for _, r := range live {
-		if v := res.Variants[r.idx].Name; v == VariantTCPPlugin || v == VariantTCPMetrics {
-			metricsPair = append(metricsPair, r)
-			if singleW.BlockSize != o.LatencyBlock {
-				cell(&res.SingleOp, v, singleW)
+	metricsWs := metricsWorkloads(&o)
+	metricsCell := map[[2]int]*Cell{} // [workload, on]
+	if off != nil && on != nil {
+		for i, w := range metricsWs {
+			for k, v := range []string{VariantTCPPlugin, VariantTCPMetrics} {
+				c := &Cell{Variant: v, Op: w.Op, BlockSize: w.BlockSize, BatchSize: w.BatchSize, Threads: w.Threads}
+				metricsCell[[2]int{i, k}] = c
+				res.MetricsCells = append(res.MetricsCells, c)
 			}
 		}
 	}
@@ -594,11 +607,8 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 	measure := func(round int, r running, w Workload) {
 		v := res.Variants[r.idx].Name
 		list := &res.Cells
-		switch {
-		case w.BatchSize == 1 && w.BlockSize == o.LatencyBlock:
+		if w.BatchSize == 1 {
 			list = &res.Latency
-		case w.BatchSize == 1:
-			list = &res.SingleOp
 		}
 		c := cell(list, v, w)
 		if where, ok := failed[r.idx]; ok {
@@ -627,15 +637,38 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				measure(round, live[(j+round)%len(live)], w)
+				if r := live[(j+round)%len(live)]; res.Variants[r.idx].Name != VariantTCPMetrics {
+					measure(round, r, w)
+				}
 			}
 		}
-		if singleW.BlockSize != o.LatencyBlock {
-			for j := range metricsPair {
+		if off != nil && on != nil {
+			for i, w := range metricsWs {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				measure(round, metricsPair[(j+round)%len(metricsPair)], singleW)
+				cells := [2]*Cell{metricsCell[[2]int{i, 0}], metricsCell[[2]int{i, 1}]}
+				if _, bad := failed[off.idx]; bad {
+					continue
+				}
+				if _, bad := failed[on.idx]; bad {
+					continue
+				}
+				label := fmt.Sprintf("round %d/%d  metrics off/on %s: ", round+1, o.Rounds, w)
+				results, err := measurePaired(ctx, [2]bencher{off.b, on.b}, w, o.Progress, label)
+				if err != nil {
+					for k, c := range cells {
+						c.Errors = append(c.Errors, fmt.Sprintf("round %d: %s", round+1, firstLine(err.Error())))
+						if ctx.Err() == nil {
+							failed[[2]int{off.idx, on.idx}[k]] = fmt.Sprintf("round %d (%s, interleaved)", round+1, w)
+						}
+					}
+					continue
+				}
+				for k, c := range cells {
+					results[k].Variant, results[k].Round = c.Variant, round+1
+					c.Results = append(c.Results, results[k])
+				}
 			}
 		}
 		o.Progress.Set("round %d/%d  connector.New with protocol rdma -> tcp", round+1, o.Rounds)
@@ -707,7 +740,7 @@ func summarizeSuite(res *SuiteResult) {
 	for _, c := range res.Cells {
 		byKey[k(c.Variant, c.Op, c.BlockSize)] = c
 	}
-	for _, list := range [][]*Cell{res.Cells, res.Latency, res.SingleOp} {
+	for _, list := range [][]*Cell{res.Cells, res.Latency, res.MetricsCells} {
 		for _, c := range list {
 			var gb, ops, p50, p99, hcpu, pcpu []float64
 			for _, r := range c.Results {

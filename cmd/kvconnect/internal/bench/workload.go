@@ -133,6 +133,8 @@ type Result struct {
 	// Metrics is what the initiator's metrics endpoint counted after the
 	// run (verification included), when it has one (metrics_address).
 	Metrics *NodeMetrics `json:"metrics,omitempty"`
+
+	lat []time.Duration // the batch latencies, sorted (Run), for merging slices
 }
 
 // fill computes the derived fields.
