@@ -70,15 +70,6 @@ func (c *Connector) observe() observer {
 	return nopObserver{}
 }
 
-// MetadataObserver is what a metadata client reports its publishes, lease
-// renewals and lookups to (metrics.NopMetadata when metrics are off).
-func (c *Connector) MetadataObserver() metrics.MetadataObserver {
-	if m := c.metrics; m != nil {
-		return m.node
-	}
-	return metrics.NopMetadata{}
-}
-
 // nodeMetrics is a node's metrics while they are on.
 type nodeMetrics struct {
 	node *metrics.Node
@@ -212,6 +203,8 @@ func (c *Connector) metricsSnapshot() metrics.Snapshot {
 		s.Regions++
 		s.RegisteredBytes += uint64(len(r.mem))
 	}
+	// A metadata service client, when the node has one, fills s.Metadata
+	// here (metrics.MetadataState documents the copy).
 	peers := make([]*Peer, 0, len(c.peers))
 	for _, p := range c.peers {
 		peers = append(peers, p)

@@ -14,6 +14,6 @@
 //
 // The connector builds and registers a Node when metrics are on
 // (connector.WithMetrics or metrics_address); embedders rarely use this
-// package directly. A metadata client records its work through
-// MetadataObserver (Node implements it; NopMetadata when metrics are off).
+// package directly. A metadata service client's counts come in through
+// Snapshot.Metadata (MetadataState), read at scrape time too.
 package metrics

@@ -6,80 +6,100 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// MetadataObserver is what a metadata client (etcd, HTTP or Redis
-// metadata service; package connector hands it one) reports, so its work
-// shows in the node's metrics. backend is the service kind: "etcd",
-// "http", "redis" (any other value shows as "other"); err is nil on
-// success. Calls must be cheap and safe from many goroutines; they never
-// block. Node implements it; NopMetadata when metrics are off.
+// MetadataState is what the node's metadata service client (etcd, Redis,
+// HTTP) has counted since it opened, read at scrape time through
+// Snapshot.Metadata (nil: no metadata service, P2PHANDSHAKE). Its fields
+// have the shapes of package metadata's Status (Counters, ResolveLatency,
+// PublishLatency), so the connector fills it with a plain copy:
 //
-// Metric names: kvconnect_metadata_publishes_total{backend,result},
-// kvconnect_metadata_lease_renewals_total{backend,result} (result is "ok"
-// or the error's kind, errdefs.Kind), kvconnect_metadata_resolve_duration_seconds{backend}
-// and kvconnect_metadata_resolve_errors_total{backend,kind}.
-type MetadataObserver interface {
-	// Published records one publish (put) of this node's descriptor.
-	Published(backend string, err error)
-	// LeaseRenewed records one keep-alive of the node's lease.
-	LeaseRenewed(backend string, err error)
-	// Resolved records one lookup of a peer's descriptor that went to the
-	// service (not a cache hit) and how long it took.
-	Resolved(backend string, took time.Duration, err error)
+//	ms := c.meta.svc.Status()
+//	s.Metadata = &metrics.MetadataState{Backend: scheme(ms.URL), Connected: ms.Connected,
+//		Publishes: ms.Publishes, Renewals: ms.Renewals, ..., ResolveLatency: latency(ms.ResolveLatency)}
+//
+// Every count only grows over the client's life.
+type MetadataState struct {
+	// Backend is "etcd", "redis" or "http" (any other value shows as
+	// "other").
+	Backend string
+	// Connected is false while the service is lost.
+	Connected bool
+	// Publishes, Renewals (lease keepalives, key refreshes), Republishes
+	// (keys written again after a lost lease or service), Resolves (of
+	// which CacheHits were answered from the cache and ResolveErrors
+	// failed), Requests to the service (RequestErrors failed), Gone
+	// (segments whose key vanished) and Outages (times the service was
+	// lost).
+	Publishes, Renewals, Republishes, Resolves, CacheHits, ResolveErrors, Requests, RequestErrors, Gone, Outages uint64
+	// ResolveLatency covers every resolve (cache hits included),
+	// PublishLatency every publish.
+	ResolveLatency, PublishLatency Latency
 }
 
-// NopMetadata is the MetadataObserver that records nothing.
-type NopMetadata struct{}
+// Latency is a latency histogram: Buckets[i].Count counts observations at
+// most UpperBound and above the previous bound (not cumulative); a bucket
+// with UpperBound 0 has no bound (+Inf).
+type Latency struct {
+	Count   uint64
+	Sum     time.Duration
+	Buckets []LatencyBucket
+}
 
-func (NopMetadata) Published(string, error)               {}
-func (NopMetadata) LeaseRenewed(string, error)            {}
-func (NopMetadata) Resolved(string, time.Duration, error) {}
+// LatencyBucket is one bucket of a Latency.
+type LatencyBucket struct {
+	UpperBound time.Duration
+	Count      uint64
+}
 
 var (
-	_ MetadataObserver = NopMetadata{}
-	_ MetadataObserver = (*Node)(nil)
+	mdConnectedDesc   = desc("kvconnect_metadata_connected", "1 while the metadata service answers, 0 while it is lost, by backend (etcd, redis, http).", "backend")
+	mdPublishesDesc   = desc("kvconnect_metadata_publishes_total", "Publishes of this node's segment descriptor to the metadata service that succeeded, by backend.", "backend")
+	mdRenewalsDesc    = desc("kvconnect_metadata_lease_renewals_total", "Lease keepalives (etcd) and key refreshes (Redis, HTTP) that succeeded, by backend.", "backend")
+	mdRepublishDesc   = desc("kvconnect_metadata_republishes_total", "Times this node's keys were written again on the client's own (after the etcd lease expired, or the service came back), by backend.", "backend")
+	mdResolvesDesc    = desc("kvconnect_metadata_resolves_total", "Lookups of a peer's descriptor through the metadata service (cache hits included), by backend.", "backend")
+	mdCacheHitsDesc   = desc("kvconnect_metadata_resolve_cache_hits_total", "Lookups answered from the watch-fed cache, by backend.", "backend")
+	mdResolveErrDesc  = desc("kvconnect_metadata_resolve_errors_total", "Lookups that failed, by backend.", "backend")
+	mdRequestsDesc    = desc("kvconnect_metadata_requests_total", "Requests sent to the metadata service (background ones included), by backend.", "backend")
+	mdRequestErrDesc  = desc("kvconnect_metadata_request_errors_total", "Requests to the metadata service that failed, by backend.", "backend")
+	mdGoneDesc        = desc("kvconnect_metadata_segments_gone_total", "Peers' segments reported gone because their key vanished (a dead node's lease expired), by backend.", "backend")
+	mdOutagesDesc     = desc("kvconnect_metadata_outages_total", "Times the metadata service was lost, by backend.", "backend")
+	mdResolveSecsDesc = desc("kvconnect_metadata_resolve_duration_seconds", "Time of lookups of a peer's descriptor (cache hits included), by backend.", "backend")
+	mdPublishSecsDesc = desc("kvconnect_metadata_publish_duration_seconds", "Time of publishes of this node's descriptor, by backend.", "backend")
+
+	metadataDescs = []*prometheus.Desc{mdConnectedDesc, mdPublishesDesc, mdRenewalsDesc, mdRepublishDesc, mdResolvesDesc, mdCacheHitsDesc,
+		mdResolveErrDesc, mdRequestsDesc, mdRequestErrDesc, mdGoneDesc, mdOutagesDesc, mdResolveSecsDesc, mdPublishSecsDesc}
 )
 
 // MetadataBackends are the backend label's values.
-var MetadataBackends = []string{"etcd", "http", "redis"}
+var MetadataBackends = []string{"etcd", "redis", "http"}
 
-type metadataMetrics struct {
-	publishes, renewals, resolveErrors *prometheus.CounterVec
-	resolveSeconds                     *prometheus.HistogramVec
-}
-
-func newMetadataMetrics() metadataMetrics {
-	return metadataMetrics{
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvconnect_metadata_publishes_total",
-			Help: "Publishes of this node's segment descriptor to a metadata service, by backend and result (ok or the error kind)."}, []string{"backend", "result"}),
-		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvconnect_metadata_lease_renewals_total",
-			Help: "Keep-alives of this node's metadata lease, by backend and result (ok or the error kind)."}, []string{"backend", "result"}),
-		resolveErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvconnect_metadata_resolve_errors_total",
-			Help: "Peer descriptor lookups in a metadata service that failed, by backend and error kind."}, []string{"backend", "kind"}),
-		resolveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvconnect_metadata_resolve_duration_seconds",
-			Help:    "Time of peer descriptor lookups that went to a metadata service (cache misses), by backend.",
-			Buckets: []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}}, []string{"backend"}),
+func collectMetadata(ch chan<- prometheus.Metric, m *MetadataState) {
+	if m == nil {
+		return
 	}
-}
-
-func (m *metadataMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.publishes, m.renewals, m.resolveErrors, m.resolveSeconds}
-}
-
-// Published implements MetadataObserver.
-func (n *Node) Published(backend string, err error) {
-	n.md.publishes.WithLabelValues(oneOf(backend, MetadataBackends), kindLabel(err)).Inc()
-}
-
-// LeaseRenewed implements MetadataObserver.
-func (n *Node) LeaseRenewed(backend string, err error) {
-	n.md.renewals.WithLabelValues(oneOf(backend, MetadataBackends), kindLabel(err)).Inc()
-}
-
-// Resolved implements MetadataObserver.
-func (n *Node) Resolved(backend string, took time.Duration, err error) {
-	b := oneOf(backend, MetadataBackends)
-	n.md.resolveSeconds.WithLabelValues(b).Observe(took.Seconds())
-	if err != nil {
-		n.md.resolveErrors.WithLabelValues(b, kindLabel(err)).Inc()
+	b := oneOf(m.Backend, MetadataBackends)
+	ch <- prometheus.MustNewConstMetric(mdConnectedDesc, prometheus.GaugeValue, b2f(m.Connected), b)
+	for _, c := range []struct {
+		d *prometheus.Desc
+		v uint64
+	}{{mdPublishesDesc, m.Publishes}, {mdRenewalsDesc, m.Renewals}, {mdRepublishDesc, m.Republishes}, {mdResolvesDesc, m.Resolves},
+		{mdCacheHitsDesc, m.CacheHits}, {mdResolveErrDesc, m.ResolveErrors}, {mdRequestsDesc, m.Requests}, {mdRequestErrDesc, m.RequestErrors},
+		{mdGoneDesc, m.Gone}, {mdOutagesDesc, m.Outages}} {
+		ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.v), b)
 	}
+	ch <- constHistogram(mdResolveSecsDesc, m.ResolveLatency, b)
+	ch <- constHistogram(mdPublishSecsDesc, m.PublishLatency, b)
+}
+
+// constHistogram is l as a Prometheus histogram (cumulative buckets, in
+// seconds; the unbounded bucket is the count).
+func constHistogram(d *prometheus.Desc, l Latency, labels ...string) prometheus.Metric {
+	buckets := map[float64]uint64{}
+	var cum uint64
+	for _, bk := range l.Buckets {
+		cum += bk.Count
+		if bk.UpperBound > 0 {
+			buckets[bk.UpperBound.Seconds()] = cum
+		}
+	}
+	return prometheus.MustNewConstHistogram(d, l.Count, l.Sum.Seconds(), buckets, labels...)
 }

@@ -39,7 +39,6 @@ type Node struct {
 	fastFails         prometheus.Counter
 	mooncakeOpened    prometheus.Counter
 	buildInfo         prometheus.Gauge
-	md                metadataMetrics
 
 	served servedTracker
 
@@ -90,7 +89,6 @@ func NewNode(src Source, opts Options) *Node {
 			Help: "Connections this node opened to Mooncake Transfer Engine peers (Open and reconnects)."}),
 		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvconnect_build_info",
 			Help: "Always 1; the labels say which kvconnect this is.", ConstLabels: prometheus.Labels{"version": version.Version}}),
-		md: newMetadataMetrics(),
 	}
 	n.buildInfo.Set(1)
 	// Series that exist from the start, so increase() sees the first event.
@@ -105,8 +103,8 @@ func NewNode(src Source, opts Options) *Node {
 var batchBuckets = []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10, 30, 60}
 
 func (n *Node) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{n.initiatedBytes, n.initiatedOps, n.batchSeconds, n.inFlight, n.pluginStarts, n.pluginCrashes,
-		n.handshakes, n.handshakeRefusals, n.suspects, n.fastFails, n.mooncakeOpened, n.buildInfo}, n.md.collectors()...)
+	return []prometheus.Collector{n.initiatedBytes, n.initiatedOps, n.batchSeconds, n.inFlight, n.pluginStarts, n.pluginCrashes,
+		n.handshakes, n.handshakeRefusals, n.suspects, n.fastFails, n.mooncakeOpened, n.buildInfo}
 }
 
 // Describe sends the descriptors of every metric the node exposes.
@@ -120,6 +118,9 @@ func (n *Node) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range servedDescs {
 		ch <- d
 	}
+	for _, d := range metadataDescs {
+		ch <- d
+	}
 }
 
 // Collect sends the node's metrics: the counters it recorded, its state
@@ -130,6 +131,7 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	}
 	snap := n.src.Snapshot()
 	collectState(ch, &snap)
+	collectMetadata(ch, snap.Metadata)
 	n.served.collect(ch, snap.Transports)
 }
 

@@ -272,3 +272,30 @@ func TestChainCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataState: a metadata client's counts show per backend, its
+// latency histograms with cumulative buckets in seconds; none without a
+// client.
+func TestMetadataState(t *testing.T) {
+	n := newTestNode(t, metrics.Options{})
+	if _, found := n.gather(t).Get("kvconnect_metadata_connected"); found {
+		t.Fatal("metadata metrics without a metadata service")
+	}
+	n.mu.Lock()
+	n.snap.Metadata = &metrics.MetadataState{Backend: "etcd", Connected: true, Publishes: 3, Renewals: 7, Resolves: 10, CacheHits: 8, ResolveErrors: 1, Gone: 2,
+		ResolveLatency: metrics.Latency{Count: 10, Sum: 25 * time.Millisecond, Buckets: []metrics.LatencyBucket{
+			{UpperBound: time.Millisecond, Count: 8}, {UpperBound: 10 * time.Millisecond, Count: 2}, {Count: 0}}}}
+	n.mu.Unlock()
+	f := n.gather(t)
+	for name, want := range map[string]float64{"kvconnect_metadata_connected": 1, "kvconnect_metadata_publishes_total": 3, "kvconnect_metadata_lease_renewals_total": 7,
+		"kvconnect_metadata_resolves_total": 10, "kvconnect_metadata_resolve_cache_hits_total": 8, "kvconnect_metadata_resolve_errors_total": 1,
+		"kvconnect_metadata_segments_gone_total": 2, "kvconnect_metadata_resolve_duration_seconds": 10} {
+		if got := f.Value(name, "backend", "etcd"); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	h := f["kvconnect_metadata_resolve_duration_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleSum() != 0.025 || len(h.GetBucket()) != 3 || h.GetBucket()[0].GetUpperBound() != 0.001 || h.GetBucket()[0].GetCumulativeCount() != 8 || h.GetBucket()[1].GetCumulativeCount() != 10 {
+		t.Errorf("resolve histogram %v", h)
+	}
+}

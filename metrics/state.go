@@ -31,6 +31,8 @@ type Snapshot struct {
 	// Regions and RegisteredBytes count the registered regions.
 	Regions         int
 	RegisteredBytes uint64
+	// Metadata is the metadata service client's counts, nil without one.
+	Metadata *MetadataState
 }
 
 // TransportState is one transport the node has up (or had, until its
