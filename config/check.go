@@ -119,6 +119,9 @@ func (ck *checker) check(c *Config) {
 		ck.deviceName(c.DeviceName)
 	}
 	ck.checkAuth(c, nil)
+	if ck.ok("metrics_address") {
+		ck.metricsAddress(c.MetricsAddress)
+	}
 	if ck.ok("plugin_dir") && ck.loaded && c.PluginDir != "" {
 		if st, err := os.Stat(c.PluginDir); err != nil || !st.IsDir() {
 			ck.add(&Problem{Key: "plugin_dir", Value: c.PluginDir, Warning: true,

@@ -108,6 +108,15 @@ type Config struct {
 	// lines and lines starting with # are skipped): the node proves itself
 	// with the first and accepts any of them, so a secret can be rotated.
 	AuthSecretFile string `koanf:"auth_secret_file" json:"auth_secret_file,omitempty"`
+	// MetricsAddress is where the node serves /metrics (Prometheus),
+	// /healthz, /readyz and /status over HTTP: host:port, or :port (or a
+	// bare port) to listen on BindAddress. Port 0 picks a free one (the
+	// node's Status says which). Empty (the default) means off.
+	MetricsAddress string `koanf:"metrics_address" json:"metrics_address,omitempty"`
+	// MetricsPeerLabels adds a peer label (the peer's session id) to the
+	// initiated transfer metrics and the batch latency: one set of series
+	// per peer, for small clusters only. Default false.
+	MetricsPeerLabels bool `koanf:"metrics_peer_labels" json:"metrics_peer_labels,omitempty"`
 	// Notes are what Load decided about conflicting inputs ("MC_FORCE_TCP=1
 	// forces protocol tcp (was rdma from file kvconnect.yaml)"); a node
 	// shows them in its Status. Not a setting.

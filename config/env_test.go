@@ -201,6 +201,7 @@ func TestKVConnectEnv(t *testing.T) {
 		"KVCONNECT_METADATA_PASSWORD=pw", "KVCONNECT_METADATA_REDIS_DB=0", "KVCONNECT_METADATA_CA_FILE=",
 		"KVCONNECT_METADATA_CERT_FILE=", "KVCONNECT_METADATA_KEY_FILE=",
 		"KVCONNECT_AUTH_SECRET=", "KVCONNECT_AUTH_SECRET_FILE=",
+		"KVCONNECT_METRICS_ADDRESS=127.0.0.1:9464", "KVCONNECT_METRICS_PEER_LABELS=true",
 	}
 	l := mustLoad(t, Options{Environ: env})
 	c := l.Config
@@ -208,7 +209,7 @@ func TestKVConnectEnv(t *testing.T) {
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
 		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: "etcd://10.0.0.1:2379",
 		MetadataClusterID: "prod", MetadataTTL: 5 * time.Second, MetadataUsername: "kv", MetadataPassword: "pw",
-		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false),
+		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false), MetricsAddress: "127.0.0.1:9464", MetricsPeerLabels: true,
 		Notes: []string{`KVCONNECT_PROTOCOL=ucx overrides protocol "rdma" from env MOONCAKE_PROTOCOL`}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config = %+v\nwant     %+v", c, want)

@@ -265,6 +265,8 @@ func (ld *loader) codeLayer(c Config) {
 	}
 	add("auth_secret", c.AuthSecret, c.AuthSecret != "")
 	add("auth_secret_file", c.AuthSecretFile, c.AuthSecretFile != "")
+	add("metrics_address", c.MetricsAddress, c.MetricsAddress != "")
+	add("metrics_peer_labels", c.MetricsPeerLabels, c.MetricsPeerLabels)
 	for _, name := range sortedKeys(c.Transports) {
 		for _, opt := range sortedKeys(c.Transports[name]) {
 			add(transportsKey+"."+name+"."+opt, c.Transports[name][opt], true)
@@ -541,6 +543,10 @@ func (ld *loader) resolve() (*Loaded, error) {
 		cfg.AuthSecret = s
 	}
 	cfg.AuthSecretFile = str("auth_secret_file")
+	cfg.MetricsAddress = str("metrics_address")
+	if b := boolean("metrics_peer_labels"); b != nil {
+		cfg.MetricsPeerLabels = *b
+	}
 	if cfg.AuthSecret != "" || cfg.AuthSecretFile != "" {
 		// Mooncake peers cannot authenticate: interop is off unless the
 		// user asked for it (which the checker refuses).

@@ -180,6 +180,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	c.mu.Unlock()
 	caller := ctx
 	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
+	c.observe().BatchStarted(l.at.name, p.session, len(ops))
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
@@ -194,6 +195,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 			p.markSuspect(cause)
 		}
 		b.elapsed = time.Since(b.start)
+		c.observe().BatchDone(l.at.name, p.session, ops, b.results, b.elapsed)
 		close(b.done)
 	}()
 	return b, nil

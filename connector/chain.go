@@ -161,6 +161,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 		if err != nil {
 			return nil, asInitError(name, nil, err)
 		}
+		c.observe().PluginStarted(name)
 		at.plugin = p
 		tr = p
 	}

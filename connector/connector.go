@@ -59,6 +59,7 @@ type Connector struct {
 	started      time.Time
 	auth         *auth.Keyring // nil: authentication off
 	meta         *metaState    // nil: P2P handshake (no metadata service)
+	metrics      *nodeMetrics  // nil: metrics off (metrics.go)
 
 	// regMu orders region (de)registration with plugin restarts, so a
 	// restarted transport gets every region.
@@ -122,19 +123,26 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.metricsStart(); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	// The metadata service next: unreachable, it fails New within
 	// connect_timeout, before any plugin starts.
 	if err := c.openMetadata(ctx); err != nil {
+		c.metricsAbort()
 		ln.Close()
 		return nil, err
 	}
 	if err := c.startChain(ctx); err != nil {
 		ln.Close()
 		c.closeMetadata(context.Background())
+		c.metricsAbort()
 		return nil, err
 	}
 	c.serveRPC(ln)
 	c.startPublishing(ctx)
+	c.metricsUp()
 	names := make([]string, len(c.transports))
 	for i, at := range c.transports {
 		names[i] = at.name

@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/plugins/host"
@@ -16,6 +17,7 @@ type options struct {
 	inProcess  map[string]bool
 	launchHook func(*host.LaunchConfig)
 	keepTCP    bool
+	metrics    prometheus.Registerer // WithMetrics
 }
 
 func newOptions(opts []Option) options {

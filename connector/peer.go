@@ -183,6 +183,7 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 // first transport both sides have up.
 func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
 	body, err := c.fetchDescriptor(ctx, session)
+	c.observe().Handshake(err)
 	if err != nil {
 		return SegmentDescriptor{}, nil, nil, 0, err
 	}
@@ -238,6 +239,9 @@ func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDes
 	id, err := at.tr.Connect(ctx, info)
 	if err != nil {
 		return d, nil, nil, 0, fmt.Errorf("connector: connecting to %s over %s: %w", session, at.name, err)
+	}
+	if d.IsMooncake() {
+		c.observe().MooncakePeerOpened()
 	}
 	return d, buffers, at, id, nil
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/auth"
+	"github.com/kvconnect/kvconnect/metrics"
 )
 
 // open starts serving a handshake connection: with auth on, the client
@@ -27,12 +28,14 @@ func (s *rpcServer) open(nc net.Conn) (io.Reader, bool) {
 	k := s.c.auth
 	switch {
 	case k == nil && hello:
+		s.c.observe().HandshakeRefused(metrics.HandshakeUnauthenticated)
 		auth.Refuse(nc)
 		s.warn.Warn("auth-off", "refused a handshake connection that authenticates: this node has no auth_secret", remote)
 		return nil, false
 	case k == nil:
 		return io.MultiReader(bytes.NewReader(first[:]), nc), true
 	case !hello:
+		s.c.observe().HandshakeRefused(metrics.HandshakeUnauthenticated)
 		// Say why in a frame a kvconnect client reads as an error, then
 		// close without reading the request.
 		s.replyError(nc, fmt.Errorf("connector: node %s requires authentication (auth_secret) and this request did not authenticate: %w", s.c.session, ErrUnauthenticated))
@@ -41,6 +44,7 @@ func (s *rpcServer) open(nc net.Conn) (io.Reader, bool) {
 		return nil, false
 	}
 	if err := k.Accept(auth.Prefixed(first[:], nc), auth.PurposeHandshake); err != nil {
+		s.c.observe().HandshakeRefused(metrics.HandshakeUnauthenticated)
 		s.warn.Warn("auth", "refused a handshake connection that failed authentication", remote, zap.Error(err))
 		return nil, false
 	}

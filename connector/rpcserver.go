@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/internal/ratelog"
+	"github.com/kvconnect/kvconnect/metrics"
 )
 
 // rpcServer answers handshake requests on the RPC port: kvconnect's and
@@ -129,12 +130,14 @@ func (s *rpcServer) handle(nc net.Conn) {
 	if err != nil {
 		s.warn.Info("bad-request", "dropped a handshake connection that sent no complete request", zap.String("remote", nc.RemoteAddr().String()), zap.Error(err))
 		if errors.Is(err, ErrProtocol) {
+			s.c.observe().HandshakeRefused(metrics.HandshakeBadRequest)
 			s.replyError(nc, err)
 		}
 		return
 	}
 	var req requestBody
 	if err := json.Unmarshal(body, &req); err != nil {
+		s.c.observe().HandshakeRefused(metrics.HandshakeBadRequest)
 		// Mooncake's server closes on a body that is not JSON; kvconnect's
 		// requests are always JSON, so an error frame harms no one.
 		s.replyError(nc, fmt.Errorf("connector: handshake request of type %d: body is not JSON: %v: %w", typ, err, ErrProtocol))

@@ -54,6 +54,7 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 	}
 	// Remove this node's keys first: peers resolving it learn it is gone.
 	metaErr := c.closeMetadata(ctx)
+	metricsErr := c.metricsStop(ctx)
 	// No handshake handler runs any more, so nothing sends on notify.
 	close(c.notify)
 	for _, p := range peers {
@@ -90,7 +91,7 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("connector: shutdown left batches or plugin restarts running: %w", contextError(ctx.Err())))
 	}
 	c.log.Info("kvconnect node closed", zap.String("session", c.session))
-	return errors.Join(metaErr, err)
+	return errors.Join(metaErr, err, metricsErr)
 }
 
 func (c *Connector) closeTransports(ctx context.Context) error {

@@ -54,6 +54,9 @@ type Status struct {
 	Auth string `json:"auth"`
 	// Metadata is the metadata service's state, when there is one.
 	Metadata *metadata.Status `json:"metadata,omitempty"`
+	// MetricsAddress is the address the metrics endpoint listens on
+	// (metrics_address, with the port it bound), "" when it is off.
+	MetricsAddress string `json:"metrics_address,omitempty"`
 }
 
 // Status reports the transports up, how the chain got there and health.
@@ -65,7 +68,7 @@ func (c *Connector) Status() Status {
 		Session: c.session, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
 		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
-		Notes: append([]string(nil), c.cfg.Notes...), Auth: c.auth.String(),
+		Notes: append([]string(nil), c.cfg.Notes...), Auth: c.auth.String(), MetricsAddress: c.metricsAddress(),
 	}
 	if c.hostnameNote != "" {
 		s.Notes = append(s.Notes, c.hostnameNote)

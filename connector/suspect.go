@@ -37,6 +37,7 @@ func (p *Peer) suspectErr() error {
 	if p.suspect == nil {
 		return nil
 	}
+	p.c.observe().PeerFastFail()
 	return fmt.Errorf("connector: peer %s is suspect since %s (%v ago): %v; failing batches to it fast until it answers a probe (every %v): %w",
 		p.session, p.suspect.since.Format(time.RFC3339), time.Since(p.suspect.since).Round(time.Millisecond), p.suspect.reason,
 		peerProbeInterval, ErrPeerUnreachable)
@@ -68,6 +69,7 @@ func (p *Peer) markSuspect(cause error) {
 	}
 	p.suspect = &suspectState{since: time.Now(), reason: cause}
 	p.mu.Unlock()
+	p.c.observe().PeerSuspect()
 	c := p.c
 	c.mu.Lock()
 	if c.closed {

@@ -43,6 +43,7 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 		why += "; its stderr ends with:\n" + tail
 	}
 	at.crashed = fmt.Errorf("connector: transport %s: %s: %w", at.name, why, ErrTransportCrashed)
+	c.observe().PluginCrashed(at.name)
 	c.log.Error("transport plugin died; restarting it",
 		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("stderr_tail", tail))
 	c.wg.Add(1)

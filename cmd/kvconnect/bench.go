@@ -259,6 +259,8 @@ type targetReady struct {
 	BufferSize int    `json:"buffer_size"`
 	BufferAddr uint64 `json:"buffer_addr"`
 	PluginPIDs []int  `json:"plugin_pids,omitempty"`
+	// MetricsAddress is the node's metrics endpoint (metrics_address).
+	MetricsAddress string `json:"metrics_address,omitempty"`
 }
 
 func runTarget(ctx context.Context, out io.Writer, f *benchFlags, cfg connector.Config, bufSize int, opts []connector.Option) error {
@@ -270,13 +272,16 @@ func runTarget(ctx context.Context, out io.Writer, f *benchFlags, cfg connector.
 	st := node.C.Status()
 	if f.asJSON {
 		if err := json.NewEncoder(out).Encode(targetReady{Event: "ready", Session: node.C.SessionID(), Transport: st.Transport, Mode: st.Mode,
-			BufferSize: node.Buf.Len(), BufferAddr: node.Buf.Addr(), PluginPIDs: node.PluginPIDs()}); err != nil {
+			BufferSize: node.Buf.Len(), BufferAddr: node.Buf.Addr(), PluginPIDs: node.PluginPIDs(), MetricsAddress: st.MetricsAddress}); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(out, "session=%s\n", node.C.SessionID())
 		fmt.Fprintf(out, "transport=%s mode=%s buffer=%s; serving until interrupted (Ctrl-C)\n",
 			st.Transport, st.Mode, units.FormatSize(uint64(node.Buf.Len())))
+		if st.MetricsAddress != "" {
+			fmt.Fprintf(out, "metrics_address=%s\n", st.MetricsAddress)
+		}
 	}
 	<-ctx.Done()
 	return nil
@@ -314,6 +319,9 @@ func runAndReport(ctx context.Context, cmd *cobra.Command, f *benchFlags, w benc
 			return err
 		}
 		res.Verify = &v
+	}
+	if res.Metrics, err = bench.ReadNodeMetrics(ctx, node.C); err != nil {
+		return fmt.Errorf("reading this node's metrics (metrics_address): %w", err)
 	}
 	out := cmd.OutOrStdout()
 	if f.asJSON {
@@ -361,6 +369,9 @@ func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {
 	fmt.Fprintf(out, "  CPU            host %.2f s, %s, over %.2f s wall\n", r.HostCPU, pids, r.Seconds)
 	if r.Verify != nil {
 		fmt.Fprintf(out, "  verify         %s\n", describeVerify(*r.Verify))
+	}
+	if r.Metrics != nil {
+		fmt.Fprintf(out, "  metrics        %s\n", r.Metrics.Summary())
 	}
 }
 

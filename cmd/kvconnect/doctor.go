@@ -51,11 +51,16 @@ type DoctorHost struct {
 	RPCPort    int      `json:"rpc_port"`
 	RPCPortOK  bool     `json:"rpc_port_bindable"`
 	RPCPortErr string   `json:"rpc_port_error,omitempty"`
-	ShmTotal   uint64   `json:"dev_shm_total_bytes"`
-	ShmFree    uint64   `json:"dev_shm_free_bytes"`
-	MemlockCur uint64   `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
-	MemlockMax uint64   `json:"memlock_hard_bytes"`
-	CapIPCLock bool     `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
+	// MetricsAddress is where the metrics endpoint would listen
+	// (metrics_address on bind_address), "" when it is off.
+	MetricsAddress string `json:"metrics_address,omitempty"`
+	MetricsOK      bool   `json:"metrics_address_bindable,omitempty"`
+	MetricsErr     string `json:"metrics_address_error,omitempty"`
+	ShmTotal       uint64 `json:"dev_shm_total_bytes"`
+	ShmFree        uint64 `json:"dev_shm_free_bytes"`
+	MemlockCur     uint64 `json:"memlock_soft_bytes"` // ^uint64(0) = unlimited
+	MemlockMax     uint64 `json:"memlock_hard_bytes"`
+	CapIPCLock     bool   `json:"cap_ipc_lock"` // the kernel ignores the memlock limit then
 	// Auth says whether peers must authenticate, and with which key (never
 	// a secret).
 	Auth string `json:"auth"`
@@ -225,6 +230,16 @@ func probeHost(cfg connector.Config) DoctorHost {
 		h.RPCPortOK = true
 		ln.Close()
 	}
+	if addr, err := cfg.MetricsListenAddress(); err == nil && addr != "" {
+		h.MetricsAddress = addr
+		if ln, err := net.Listen("tcp", addr); err != nil {
+			h.MetricsErr = err.Error()
+			h.Errors = append(h.Errors, fmt.Sprintf("metrics_address %s cannot be bound: %v: a node would not start", addr, err))
+		} else {
+			h.MetricsOK = true
+			ln.Close()
+		}
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err == nil {
 		h.ShmTotal, h.ShmFree = st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
@@ -290,6 +305,14 @@ func printDoctor(w io.Writer, rep DoctorReport) {
 		fmt.Fprintf(w, "  rpc_port %d: bindable\n", h.RPCPort)
 	} else {
 		fmt.Fprintf(w, "  rpc_port %d: NOT bindable: %s\n", h.RPCPort, h.RPCPortErr)
+	}
+	switch {
+	case h.MetricsAddress == "":
+		fmt.Fprintf(w, "  metrics endpoint: off (metrics_address is empty)\n")
+	case h.MetricsOK:
+		fmt.Fprintf(w, "  metrics_address %s: bindable\n", h.MetricsAddress)
+	default:
+		fmt.Fprintf(w, "  metrics_address %s: NOT bindable: %s\n", h.MetricsAddress, h.MetricsErr)
 	}
 	fmt.Fprintf(w, "  peer authentication: %s\n", h.Auth)
 	printMetadata(w, rep.Metadata)

@@ -72,3 +72,21 @@ func Cleanup() {
 		built = map[string]string{}
 	}
 }
+
+// Gated writes an executable wrapper named name into dir that runs bin
+// (with the wrapper's arguments, environment and process id, by exec)
+// only while the gate is open, waiting while it is closed: a test closes
+// the gate to hold a restart of a plugin at its launch, and opens it to
+// let the restart go on. It returns the wrapper's path and the gate's
+// open and close functions; the gate starts open.
+func Gated(dir, name, bin string) (path string, open, closeGate func() error, err error) {
+	gate := filepath.Join(dir, name+".gate")
+	path = filepath.Join(dir, name)
+	script := fmt.Sprintf("#!/bin/sh\n# waits while %[1]s is missing, then runs %[2]s\nwhile [ ! -e '%[1]s' ]; do sleep 0.01; done\nexec '%[2]s' \"$@\"\n", gate, bin)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		return "", nil, nil, err
+	}
+	open = func() error { return os.WriteFile(gate, nil, 0o644) }
+	closeGate = func() error { return os.Remove(gate) }
+	return path, open, closeGate, open()
+}

@@ -104,7 +104,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			return proc, nil
 		},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           pluginrpc.NewHCLogZap(log, "plugin."+cfg.Name),
+		Logger:           pluginrpc.NewHCLogZap(cfg.Logger, "plugin."+cfg.Name),
 		Stderr:           proc.tail,
 		StartTimeout:     cfg.StartTimeout,
 		GRPCDialOptions:  dialOpts,

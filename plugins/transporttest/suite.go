@@ -7,7 +7,9 @@
 // regions, peers and ops, a peer closing mid-batch, Close with ops in
 // flight, and the lifecycle (Info before Init, Init twice, Init after
 // Close, calls before Init, duplicate and overlapping regions, Deregister
-// waiting for ops in flight, Close during RegisterRegion).
+// waiting for ops in flight, Close during RegisterRegion), and, for a
+// transport that reports what it served (plugins.StatsReporter), that its
+// counts match what peers moved.
 //
 // A transport runs it in each mode it can be hosted in:
 //
@@ -84,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("DeregisterWaitsForOpsInFlight", func(t *testing.T) { testDeregisterInFlight(t, h) })
 	t.Run("PeerClosedMidBatch", func(t *testing.T) { testPeerClosedMidBatch(t, h) })
 	t.Run("CloseWithOpsInFlight", func(t *testing.T) { testCloseInFlight(t, h) })
+	t.Run("ServedStats", func(t *testing.T) { testServedStats(t, h) })
 	if h.Auth != nil {
 		t.Run("Authentication", func(t *testing.T) { testAuthentication(t, h) })
 	}

@@ -38,6 +38,7 @@ func (t *Transport) prove(ctx context.Context, nc net.Conn) error {
 func (tc *targetConn) authenticate() bool {
 	tc.nc.SetDeadline(time.Now().Add(auth.Timeout))
 	if err := tc.t.auth.Accept(tc.nc, auth.PurposeTCPData); err != nil {
+		tc.t.served.refusal(refUnauthenticated)
 		tc.t.warn.Warn("auth", "tcp: refused a data connection that failed authentication", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err))
 		return false
 	}

@@ -23,6 +23,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 	t := tc.t
 	remote := tc.nc.RemoteAddr().String()
 	mc := tc.mc
+	t.served.mooncake.Add(1)
 	var hb [mcwire.HeaderSize]byte
 	var sb [mcwire.StatusSize]byte
 	copy(hb[:], first[:])
@@ -44,6 +45,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 			}
 		}
 		if err != nil {
+			t.served.refuse(h.Write, h.Size, err)
 			t.warn.Info("mooncake-reject", "tcp: rejected a Mooncake request outside the registered regions", zap.String("remote", remote), zap.Uint64("addr", h.Addr),
 				zap.Uint64("size", h.Size), zap.Bool("write", h.Write), zap.Error(err))
 			if h.V2 {
@@ -81,8 +83,10 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 		_, err := io.ReadFull(tc.nc, mem)
 		tc.nc.SetReadDeadline(time.Time{})
 		if err != nil {
+			tc.t.served.op(true, resFailed, h.Size)
 			return false
 		}
+		tc.t.served.op(true, resCompleted, h.Size) // before the v2 status can reach the initiator
 		if h.V2 {
 			tc.nc.SetWriteDeadline(time.Now().Add(timeout))
 			if _, err := tc.nc.Write(sb[:]); err != nil {
@@ -92,6 +96,7 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 		}
 		return true
 	}
+	tc.t.served.op(false, resCompleted, h.Size) // before the data can reach the initiator
 	out := net.Buffers{mem}
 	if h.V2 {
 		out = net.Buffers{sb[:], mem}

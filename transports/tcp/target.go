@@ -99,12 +99,14 @@ func (tc *targetConn) serve() {
 		return
 	}
 	if auth.IsHello(first[:]) {
+		t.served.refusal(refUnauthenticated)
 		auth.Refuse(tc.nc) // tell a client with a secret that this node has none
 		t.warn.Warn("auth-off", "tcp: refused a data connection that authenticates: this node has no auth_secret", zap.String("remote", tc.nc.RemoteAddr().String()))
 		return
 	}
 	if !mcwire.IsKVConnect(first[:]) {
 		if !t.opts.Mooncake {
+			t.served.refusal(refBadRequest)
 			t.log.Debug("tcp: refusing a connection that does not speak kvconnect's framing (Mooncake peers are off: transports.tcp.mooncake)",
 				zap.String("remote", tc.nc.RemoteAddr().String()))
 			return
@@ -126,6 +128,7 @@ func (tc *targetConn) serve() {
 			if err == nil {
 				err = fmt.Errorf("a %s frame sent as a request", h.Op)
 			}
+			t.served.refusal(refBadRequest)
 			t.warn.Warn("malformed", "tcp: dropping a connection after a malformed request", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err))
 			return
 		}
@@ -136,6 +139,7 @@ func (tc *targetConn) serve() {
 			e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
 			if err != nil {
 				resp.Status = statusFor(err)
+				t.served.refuse(true, h.Length, err)
 				if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
 					return
 				}
@@ -150,8 +154,10 @@ func (tc *targetConn) serve() {
 				_, err := io.ReadFull(br, mem)
 				e.Release()
 				if err != nil {
+					t.served.op(true, resFailed, h.Length)
 					return
 				}
+				t.served.op(true, resCompleted, h.Length)
 				if wait {
 					tc.nc.SetReadDeadline(time.Time{})
 				}
@@ -164,9 +170,11 @@ func (tc *targetConn) serve() {
 			e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
 			if err != nil {
 				resp.Status = statusFor(err)
+				t.served.refuse(false, h.Length, err)
 				mem, e = nil, nil
 			} else {
 				resp.Length = h.Length
+				t.served.op(false, resCompleted, h.Length) // before the data can reach the initiator
 			}
 			if err := fw.frame(&resp, mem, e); err != nil {
 				return

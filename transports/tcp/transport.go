@@ -51,6 +51,7 @@ type Transport struct {
 	order   mooncakeOrder    // v1 read-after-write across Mooncake connections
 	warn    *ratelog.Limiter // lines remote peers can trigger, rate-limited
 	auth    *auth.Keyring    // nil: authentication off
+	served  served           // what peers were served (Stats)
 	wg      sync.WaitGroup   // accept loop, target conns, watchdog
 	stop    chan struct{}
 }

@@ -1398,6 +1398,227 @@ func (x *InitFailure) GetWrappedKinds() []string {
 	return nil
 }
 
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_transport_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{24}
+}
+
+// ServedCount is the requests served with one op kind and result.
+type ServedCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The op kind: 0 READ, 1 WRITE.
+	Op uint32 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
+	// completed, refused or failed.
+	Result        string `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Ops           uint64 `protobuf:"varint,3,opt,name=ops,proto3" json:"ops,omitempty"`
+	Bytes         uint64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServedCount) Reset() {
+	*x = ServedCount{}
+	mi := &file_transport_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServedCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServedCount) ProtoMessage() {}
+
+func (x *ServedCount) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServedCount.ProtoReflect.Descriptor instead.
+func (*ServedCount) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ServedCount) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *ServedCount) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *ServedCount) GetOps() uint64 {
+	if x != nil {
+		return x.Ops
+	}
+	return 0
+}
+
+func (x *ServedCount) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// RefusalCount is the requests or connections refused for one reason.
+type RefusalCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// out_of_bounds, unknown_region, unauthenticated or bad_request.
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusalCount) Reset() {
+	*x = RefusalCount{}
+	mi := &file_transport_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusalCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusalCount) ProtoMessage() {}
+
+func (x *RefusalCount) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
+func (*RefusalCount) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RefusalCount) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RefusalCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type StatsResponse struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Served              []*ServedCount         `protobuf:"bytes,1,rep,name=served,proto3" json:"served,omitempty"`
+	Refusals            []*RefusalCount        `protobuf:"bytes,2,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	MooncakeConnections uint64                 `protobuf:"varint,3,opt,name=mooncake_connections,json=mooncakeConnections,proto3" json:"mooncake_connections,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *StatsResponse) Reset() {
+	*x = StatsResponse{}
+	mi := &file_transport_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsResponse) ProtoMessage() {}
+
+func (x *StatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
+func (*StatsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StatsResponse) GetServed() []*ServedCount {
+	if x != nil {
+		return x.Served
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetRefusals() []*RefusalCount {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetMooncakeConnections() uint64 {
+	if x != nil {
+		return x.MooncakeConnections
+	}
+	return 0
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1494,7 +1715,20 @@ const file_transport_proto_rawDesc = "" +
 	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x14\n" +
 	"\x05hints\x18\x06 \x03(\tR\x05hints\x12!\n" +
 	"\fwrapped_kind\x18\a \x01(\tR\vwrappedKind\x12#\n" +
-	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds2\xae\a\n" +
+	"\rwrapped_kinds\x18\b \x03(\tR\fwrappedKinds\"\x0e\n" +
+	"\fStatsRequest\"]\n" +
+	"\vServedCount\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\rR\x02op\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\tR\x06result\x12\x10\n" +
+	"\x03ops\x18\x03 \x01(\x04R\x03ops\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"<\n" +
+	"\fRefusalCount\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xbd\x01\n" +
+	"\rStatsResponse\x129\n" +
+	"\x06served\x18\x01 \x03(\v2!.kvconnect.plugins.v1.ServedCountR\x06served\x12>\n" +
+	"\brefusals\x18\x02 \x03(\v2\".kvconnect.plugins.v1.RefusalCountR\brefusals\x121\n" +
+	"\x14mooncake_connections\x18\x03 \x01(\x04R\x13mooncakeConnections2\x80\b\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -1506,7 +1740,8 @@ const file_transport_proto_rawDesc = "" +
 	"\bTransfer\x12%.kvconnect.plugins.v1.TransferRequest\x1a&.kvconnect.plugins.v1.TransferResponse\x12P\n" +
 	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponse\x12b\n" +
 	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponse\x12Y\n" +
-	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponse\x12P\n" +
+	"\x05Stats\x12\".kvconnect.plugins.v1.StatsRequest\x1a#.kvconnect.plugins.v1.StatsResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1520,7 +1755,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
@@ -1546,37 +1781,45 @@ var file_transport_proto_goTypes = []any{
 	(*CloseResponse)(nil),            // 21: kvconnect.plugins.v1.CloseResponse
 	(*ErrorDetail)(nil),              // 22: kvconnect.plugins.v1.ErrorDetail
 	(*InitFailure)(nil),              // 23: kvconnect.plugins.v1.InitFailure
+	(*StatsRequest)(nil),             // 24: kvconnect.plugins.v1.StatsRequest
+	(*ServedCount)(nil),              // 25: kvconnect.plugins.v1.ServedCount
+	(*RefusalCount)(nil),             // 26: kvconnect.plugins.v1.RefusalCount
+	(*StatsResponse)(nil),            // 27: kvconnect.plugins.v1.StatsResponse
 }
 var file_transport_proto_depIdxs = []int32{
 	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
 	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
 	22, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
 	23, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
-	0,  // 4: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
-	2,  // 5: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
-	4,  // 6: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
-	6,  // 7: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
-	9,  // 8: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
-	11, // 9: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
-	13, // 10: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	20, // 11: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	16, // 12: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
-	18, // 13: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
-	1,  // 14: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 15: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 16: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 17: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 18: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 19: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	15, // 20: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	21, // 21: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	17, // 22: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
-	19, // 23: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
-	14, // [14:24] is the sub-list for method output_type
-	4,  // [4:14] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	25, // 4: kvconnect.plugins.v1.StatsResponse.served:type_name -> kvconnect.plugins.v1.ServedCount
+	26, // 5: kvconnect.plugins.v1.StatsResponse.refusals:type_name -> kvconnect.plugins.v1.RefusalCount
+	0,  // 6: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
+	2,  // 7: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
+	4,  // 8: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
+	6,  // 9: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
+	9,  // 10: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
+	11, // 11: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
+	13, // 12: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
+	20, // 13: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	16, // 14: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
+	18, // 15: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
+	24, // 16: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
+	1,  // 17: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 18: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	5,  // 19: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	7,  // 20: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	10, // 21: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	12, // 22: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	15, // 23: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	21, // 24: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	17, // 25: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	19, // 26: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	27, // 27: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
+	17, // [17:28] is the sub-list for method output_type
+	6,  // [6:17] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1590,7 +1833,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

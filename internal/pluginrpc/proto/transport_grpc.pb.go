@@ -33,6 +33,7 @@ const (
 	Transport_Close_FullMethodName            = "/kvconnect.plugins.v1.Transport/Close"
 	Transport_ReleaseFile_FullMethodName      = "/kvconnect.plugins.v1.Transport/ReleaseFile"
 	Transport_OpenRing_FullMethodName         = "/kvconnect.plugins.v1.Transport/OpenRing"
+	Transport_Stats_FullMethodName            = "/kvconnect.plugins.v1.Transport/Stats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -57,6 +58,10 @@ type TransportClient interface {
 	// plugin that does not implement it answers Unimplemented and is used
 	// through Transfer.
 	OpenRing(ctx context.Context, in *OpenRingRequest, opts ...grpc.CallOption) (*OpenRingResponse, error)
+	// Stats reports what the transport served to peers (plugins.StatsReporter,
+	// optional: a transport without it answers not_supported, an older
+	// plugin UNIMPLEMENTED). Every count only grows.
+	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
 
 type transportClient struct {
@@ -167,6 +172,16 @@ func (c *transportClient) OpenRing(ctx context.Context, in *OpenRingRequest, opt
 	return out, nil
 }
 
+func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatsResponse)
+	err := c.cc.Invoke(ctx, Transport_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -189,6 +204,10 @@ type TransportServer interface {
 	// plugin that does not implement it answers Unimplemented and is used
 	// through Transfer.
 	OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error)
+	// Stats reports what the transport served to peers (plugins.StatsReporter,
+	// optional: a transport without it answers not_supported, an older
+	// plugin UNIMPLEMENTED). Every count only grows.
+	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -228,6 +247,9 @@ func (UnimplementedTransportServer) ReleaseFile(context.Context, *ReleaseFileReq
 }
 func (UnimplementedTransportServer) OpenRing(context.Context, *OpenRingRequest) (*OpenRingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OpenRing not implemented")
+}
+func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -430,6 +452,24 @@ func _Transport_OpenRing_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Stats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Stats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -476,6 +516,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OpenRing",
 			Handler:    _Transport_OpenRing_Handler,
+		},
+		{
+			MethodName: "Stats",
+			Handler:    _Transport_Stats_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

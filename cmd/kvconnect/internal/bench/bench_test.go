@@ -408,6 +408,7 @@ func TestSuiteTable(t *testing.T) {
 		"| tcp plugin / raw Go TCP, WRITE 1MiB ≥ 0.85 |", "| tcp plugin / in-process, READ 1MiB ≥ 0.95 |",
 		"## Single 4KiB WRITE latency", "## connector.New: protocol rdma falling back to tcp", "ended on tcp",
 		"| WRITE | 1MiB |", // plugin vs in-process
+		"## Metrics overhead", "| WRITE 4KiB x 1/batch, 1 thread | ", "| WRITE 1MiB x 1/batch, 1 thread | ", "| WRITE 1MiB x 4/batch, 2 threads | ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
@@ -419,8 +420,14 @@ func TestSuiteTable(t *testing.T) {
 			t.Errorf("no row for %s", v)
 		}
 	}
-	for _, c := range res.Cells {
-		if c.Variant == VariantRaw || c.Variant == VariantRaw1 || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPInProc {
+	if len(res.MetricsOverhead) != 3 { // single 4KiB and 1MiB WRITEs, 1MiB WRITEs in batches
+		t.Errorf("metrics overhead comparisons: %+v", res.MetricsOverhead)
+	}
+	if strings.Contains(out, "| "+VariantTCPMetrics+" | WRITE |") {
+		t.Error("the metrics-on variant has rows in the throughput table: it is measured only against tcp plugin")
+	}
+	for _, c := range append(res.Cells, res.MetricsCells...) {
+		if c.Variant == VariantRaw || c.Variant == VariantRaw1 || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPMetrics || c.Variant == VariantTCPInProc {
 			if len(c.Results) != 1 || len(c.Errors) > 0 {
 				t.Errorf("%s %s %s: %d results, errors %v", c.Variant, c.Op, units.FormatSize(uint64(c.BlockSize)), len(c.Results), c.Errors)
 				continue

@@ -75,6 +75,7 @@ type Pair struct {
 // ports that the first node took are left for the kernel to pick.
 func initiatorConfig(cfg connector.Config) connector.Config {
 	cfg.RPCPort = 0
+	cfg = freePortMetricsAddress(cfg)
 	if len(cfg.Transports) > 0 {
 		ts := make(map[string]map[string]any, len(cfg.Transports))
 		for name, o := range cfg.Transports {
@@ -231,6 +232,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 			return Result{}, nil, err
 		}
 	}
+	warm := cnt.bytes.Load()
 	cnt.reset()
 	before, err := snapshotCPU(in.PIDs)
 	if err != nil {
@@ -259,7 +261,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 		all = append(all, l...)
 	}
 	r := Result{Transport: in.Peer.Transport(), Peer: in.Peer.Session(),
-		Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: in.PIDs}
+		Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: in.PIDs, WarmupBytes: warm}
 	for _, t := range c.Status().Transports {
 		if t.Name == r.Transport {
 			r.Mode = t.Mode
@@ -267,5 +269,6 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	}
 	r.HostCPU, r.PluginCPU = after.since(before)
 	r.fill(w, elapsed, all)
+	r.lat = all
 	return r, lay.touched(issued), nil
 }

@@ -72,6 +72,10 @@ type VerifyResult struct {
 	FirstBad   []int  `json:"first_bad,omitempty"` // up to 16 mismatched block numbers
 	OK         bool   `json:"ok"`
 	Error      string `json:"error,omitempty"` // verification could not run
+	// ReadBytes and WriteBytes are what verification itself moved (its
+	// READs and WRITEs), beside the run's bytes.
+	ReadBytes  uint64 `json:"read_bytes"`
+	WriteBytes uint64 `json:"write_bytes"`
 }
 
 // verifyBlocks checks the listed blocks of buf against seed's pattern.

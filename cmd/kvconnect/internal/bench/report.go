@@ -218,6 +218,8 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		p("\n")
 	}
 
+	res.writeMetricsOverhead(w)
+
 	f := res.Fallback
 	p("## connector.New: protocol rdma falling back to tcp\n\n")
 	if f.TotalMs.N == 0 {

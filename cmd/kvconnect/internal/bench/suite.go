@@ -121,9 +121,12 @@ func (o *SuiteOptions) validate() error {
 
 // Variant names.
 const (
-	VariantRaw         = "raw Go TCP"
-	VariantRaw1        = "raw Go TCP, 1 process"
-	VariantTCPPlugin   = "tcp plugin"
+	VariantRaw       = "raw Go TCP"
+	VariantRaw1      = "raw Go TCP, 1 process"
+	VariantTCPPlugin = "tcp plugin"
+	// VariantTCPMetrics is VariantTCPPlugin with both nodes' metrics
+	// endpoints on (metrics_address), scraped every ScrapeInterval.
+	VariantTCPMetrics  = "tcp plugin, metrics on"
 	VariantTCPInProc   = "tcp in-process"
 	VariantUCXPlugin   = "ucx plugin"
 	VariantEFAPlugin   = "efa plugin"
@@ -202,6 +205,14 @@ type SuiteResult struct {
 	Baseline string  `json:"baseline"`
 	Cells    []*Cell `json:"cells"`
 	Latency  []*Cell `json:"latency"`
+	// MetricsCells are "tcp plugin" and "tcp plugin, metrics on" measured
+	// against each other in interleaved slices (metricsWorkloads); apart
+	// from the cells above.
+	MetricsCells []*Cell `json:"metrics_cells,omitempty"`
+	// MetricsOverhead compares "tcp plugin, metrics on" with "tcp plugin"
+	// workload by workload (GB/s, same-round ratios); each must be at
+	// least MetricsOverheadTarget.
+	MetricsOverhead []Comparison `json:"metrics_overhead,omitempty"`
 	// PluginVsInProcess is tcp plugin / tcp in-process per op and block
 	// size (median of per-round ratios), keyed "WRITE 1MiB".
 	PluginVsInProcess map[string]summary `json:"plugin_vs_in_process"`
@@ -218,6 +229,7 @@ type Comparison struct {
 	Base      string    `json:"base"`
 	Op        Operation `json:"operation"`
 	BlockSize int       `json:"block_size"`
+	BatchSize int       `json:"batch_size,omitempty"` // metrics overhead: 1 for single ops
 	Ratio     summary   `json:"ratio"`
 	Target    float64   `json:"target,omitempty"` // the ratio to reach, 0 = none
 }
@@ -298,7 +310,7 @@ type variantSetup struct {
 func (o *SuiteOptions) variants(conns int) []variantSetup {
 	log := o.Log
 	strict := func(protocol string, transportOpts map[string]any) connector.Config {
-		cfg := o.Config
+		cfg := withoutMetrics(o.Config)
 		cfg.Protocol, cfg.Fallback = protocol, []string{}
 		if transportOpts != nil {
 			ts := make(map[string]map[string]any, len(cfg.Transports)+1)
@@ -353,6 +365,15 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 			start: raw(nil)},
 		{required: true, status: VariantStatus{Name: VariantTCPPlugin, Transport: "tcp", Mode: "plugin", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict("tcp", nil), "tcp", nodeOpts())},
+		{required: true, status: VariantStatus{Name: VariantTCPMetrics, Transport: "tcp", Mode: "plugin",
+			Detail: fmt.Sprintf("%d connections; metrics_address on both nodes, each scraped every %v", conns, ScrapeInterval)},
+			start: func(ctx context.Context) (bencher, error) {
+				b, err := pair(withMetricsEndpoint(strict("tcp", nil)), "tcp", nodeOpts())(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return newMetricsBencher(b.(pairBencher).p), nil
+			}},
 		{required: true, status: VariantStatus{Name: VariantTCPInProc, Transport: "tcp", Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict("tcp", nil), "tcp", nodeOpts(InProcessTCP()))},
 	}...)
@@ -545,8 +566,12 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 			workloads = append(workloads, Workload{Op: op, BlockSize: bs, BatchSize: o.BatchSize, Threads: o.Threads, Duration: o.Duration, Warmup: o.Warmup})
 		}
 	}
-	// Rows in a stable order: variant by variant, then workload.
+	// Rows in a stable order: variant by variant, then workload. The
+	// metrics-on variant is measured only against tcp plugin (below).
 	for _, s := range res.Variants {
+		if s.Name == VariantTCPMetrics {
+			continue
+		}
 		for _, w := range workloads {
 			c := cell(&res.Cells, s.Name, w)
 			if !s.Available {
@@ -555,8 +580,27 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 		}
 	}
 	latW := Workload{Op: Write, BlockSize: o.LatencyBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.Warmup}
-	for _, r := range live {
+	var off, on *running
+	for i, r := range live {
+		switch res.Variants[r.idx].Name {
+		case VariantTCPMetrics:
+			on = &live[i]
+			continue
+		case VariantTCPPlugin:
+			off = &live[i]
+		}
 		cell(&res.Latency, res.Variants[r.idx].Name, latW)
+	}
+	metricsWs := metricsWorkloads(&o)
+	metricsCell := map[[2]int]*Cell{} // [workload, on]
+	if off != nil && on != nil {
+		for i, w := range metricsWs {
+			for k, v := range []string{VariantTCPPlugin, VariantTCPMetrics} {
+				c := &Cell{Variant: v, Op: w.Op, BlockSize: w.BlockSize, BatchSize: w.BatchSize, Threads: w.Threads}
+				metricsCell[[2]int{i, k}] = c
+				res.MetricsCells = append(res.MetricsCells, c)
+			}
+		}
 	}
 
 	failed := map[int]string{} // variant -> where it failed
@@ -593,7 +637,38 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				measure(round, live[(j+round)%len(live)], w)
+				if r := live[(j+round)%len(live)]; res.Variants[r.idx].Name != VariantTCPMetrics {
+					measure(round, r, w)
+				}
+			}
+		}
+		if off != nil && on != nil {
+			for i, w := range metricsWs {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				cells := [2]*Cell{metricsCell[[2]int{i, 0}], metricsCell[[2]int{i, 1}]}
+				if _, bad := failed[off.idx]; bad {
+					continue
+				}
+				if _, bad := failed[on.idx]; bad {
+					continue
+				}
+				label := fmt.Sprintf("round %d/%d  metrics off/on %s: ", round+1, o.Rounds, w)
+				results, err := measurePaired(ctx, [2]bencher{off.b, on.b}, w, o.Progress, label)
+				if err != nil {
+					for k, c := range cells {
+						c.Errors = append(c.Errors, fmt.Sprintf("round %d: %s", round+1, firstLine(err.Error())))
+						if ctx.Err() == nil {
+							failed[[2]int{off.idx, on.idx}[k]] = fmt.Sprintf("round %d (%s, interleaved)", round+1, w)
+						}
+					}
+					continue
+				}
+				for k, c := range cells {
+					results[k].Variant, results[k].Round = c.Variant, round+1
+					c.Results = append(c.Results, results[k])
+				}
 			}
 		}
 		o.Progress.Set("round %d/%d  connector.New with protocol rdma -> tcp", round+1, o.Rounds)
@@ -609,7 +684,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 // timeFallback times connector.New with protocol rdma, fallback [tcp], and
 // connector.New with protocol tcp, FallbackSamples times each.
 func timeFallback(ctx context.Context, o *SuiteOptions, f *FallbackTiming) {
-	cfg := o.Config
+	cfg := withoutMetrics(o.Config)
 	cfg.Protocol, cfg.Fallback, cfg.RPCPort = "rdma", []string{"tcp"}, 0
 	f.Config = "protocol: rdma, fallback: [tcp] (plugin processes)"
 	if p, _, err := host.FindPlugin("rdma", cfg.PluginDir); err == nil {
@@ -665,7 +740,7 @@ func summarizeSuite(res *SuiteResult) {
 	for _, c := range res.Cells {
 		byKey[k(c.Variant, c.Op, c.BlockSize)] = c
 	}
-	for _, list := range [][]*Cell{res.Cells, res.Latency} {
+	for _, list := range [][]*Cell{res.Cells, res.Latency, res.MetricsCells} {
 		for _, c := range list {
 			var gb, ops, p50, p99, hcpu, pcpu []float64
 			for _, r := range c.Results {
@@ -729,6 +804,7 @@ func summarizeSuite(res *SuiteResult) {
 				Ratio: ratio(c, base), Target: cmp.target})
 		}
 	}
+	summarizeMetricsOverhead(res, ratio)
 	f := &res.Fallback
 	f.TotalMs, f.RDMAMs, f.TCPMs, f.PlainTCPMs = summarize(f.samples), summarize(f.rdma), summarize(f.tcp), summarize(f.plain)
 }

@@ -30,6 +30,8 @@ type Verifier struct {
 	BlockSize int
 	// CorruptBlock, when >= 0, is zeroed on the target before the check.
 	CorruptBlock int
+
+	read, written uint64 // bytes verification moved
 }
 
 // verifyBatch bounds the ops of one verification batch.
@@ -58,6 +60,14 @@ func (v *Verifier) moveBlocks(ctx context.Context, kind connector.OpKind, rr con
 			return nil
 		}
 		err := v.Initiator.C.Transfer(ctx, v.Peer, ops...)
+		if err == nil {
+			n := uint64(len(ops)) * bs
+			if kind == connector.OpRead {
+				v.read += n
+			} else {
+				v.written += n
+			}
+		}
 		ops = ops[:0]
 		return err
 	}
@@ -119,7 +129,9 @@ func (v *Verifier) Prepare(ctx context.Context) error {
 func (v *Verifier) Check(ctx context.Context, blocks Blocks) (VerifyResult, error) {
 	buf := v.Initiator.Buf.Bytes()
 	if v.Op == Read {
-		return verifyBlocks(buf, v.BlockSize, blocks, v.Seed^readSalt, "initiator"), nil
+		r := verifyBlocks(buf, v.BlockSize, blocks, v.Seed^readSalt, "initiator")
+		r.ReadBytes, r.WriteBytes = v.read, v.written
+		return r, nil
 	}
 	rr, _, err := v.extent()
 	if err != nil {
@@ -132,5 +144,7 @@ func (v *Verifier) Check(ctx context.Context, blocks Blocks) (VerifyResult, erro
 	if err := v.moveBlocks(ctx, connector.OpRead, rr, blocks); err != nil {
 		return VerifyResult{}, fmt.Errorf("--verify: reading back what the run wrote to %s: %w", v.Peer.Session(), err)
 	}
-	return verifyBlocks(buf, v.BlockSize, blocks, v.Seed, "initiator (read back)"), nil
+	r := verifyBlocks(buf, v.BlockSize, blocks, v.Seed, "initiator (read back)")
+	r.ReadBytes, r.WriteBytes = v.read, v.written
+	return r, nil
 }

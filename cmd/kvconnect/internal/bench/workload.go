@@ -107,6 +107,8 @@ type Result struct {
 	Connections int     `json:"connections,omitempty"`
 	Seconds     float64 `json:"seconds"` // wall time measured
 	Bytes       uint64  `json:"bytes"`
+	// WarmupBytes were moved by the warmup, before the measurement.
+	WarmupBytes uint64  `json:"warmup_bytes,omitempty"`
 	Ops         uint64  `json:"ops"`
 	Batches     uint64  `json:"batches"`
 	GBps        float64 `json:"gb_per_s"`
@@ -128,6 +130,11 @@ type Result struct {
 	PluginPIDs []int   `json:"plugin_pids,omitempty"`
 	// Verify is set when --verify was given.
 	Verify *VerifyResult `json:"verify,omitempty"`
+	// Metrics is what the initiator's metrics endpoint counted after the
+	// run (verification included), when it has one (metrics_address).
+	Metrics *NodeMetrics `json:"metrics,omitempty"`
+
+	lat []time.Duration // the batch latencies, sorted (Run), for merging slices
 }
 
 // fill computes the derived fields.
