@@ -18,10 +18,11 @@ STATICCHECK_VERSION := v0.8.2
 # native transports' libraries, the runtime libraries of the Mooncake
 # Transfer Engine binaries the interop tests run (../shared/mooncake/bin),
 # real etcd and Redis servers for the metadata tests, and iproute2 for
-# the multi-host tests in network namespaces.
+# the multi-host tests in network namespaces, and prometheus for promtool
+# (the example alert rules' unit tests).
 DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric-dev \
 	libgoogle-glog0v6 libgflags2.2 libjsoncpp25 libnuma1 libibverbs1 libunwind8 \
-	etcd-server redis-server iproute2
+	etcd-server redis-server iproute2 prometheus
 
 .PHONY: all deps build generate check-generate demo test test-short lint fuzz clean
 
