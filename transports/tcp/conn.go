@@ -80,6 +80,11 @@ func (c *conn) fail(err error) {
 		return
 	}
 	c.err = err
+	if c.head < len(c.queue) {
+		// Requests failed here must not land later (a cut link back, a
+		// stopped target resumed): reset, do not flush.
+		abortOnClose(c.nc)
+	}
 	c.mu.Unlock()
 	c.cond.Broadcast()
 	c.nc.Close()

@@ -147,6 +147,12 @@ func (tc *targetConn) serve() {
 				// A payload that is not buffered yet is read under a deadline,
 				// so a peer that dies mid-write cannot hold the region (and a
 				// Deregister waiting for it) until TCP keepalive gives up.
+				if abandoned(tc.nc) {
+					// The initiator has failed this WRITE already.
+					e.Release()
+					t.served.op(true, resFailed, h.Length)
+					return
+				}
 				wait := uint64(br.Buffered()) < h.Length
 				if wait {
 					tc.nc.SetReadDeadline(time.Now().Add(time.Duration(t.opts.OpTimeout)))
