@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/connector"
@@ -80,7 +81,15 @@ func TestHundredThousandRegions(t *testing.T) {
 	session := expect("session=")
 
 	ctx := context.Background()
-	a := newNode(t)
+	// Opening moves a descriptor of 100,000 regions to the peer and its
+	// plugin; on a loaded machine that takes longer than the default
+	// connect_timeout, which is not what this test is about.
+	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), ConnectTimeout: 2 * time.Minute},
+		connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
 	start := time.Now()
 	peer, err := a.Open(ctx, session)
 	if err != nil {
