@@ -24,6 +24,10 @@ var (
 	ErrPluginNotFound   = errdefs.ErrPluginNotFound
 	ErrUnauthenticated  = errdefs.ErrUnauthenticated
 
+	// ErrAddressOverlap means memory to register overlaps a registered
+	// region (always together with ErrInvalidArgument).
+	ErrAddressOverlap = errdefs.ErrAddressOverlap
+
 	// ErrNoCommonTransport means the peer has none of the transports this
 	// node has up.
 	ErrNoCommonTransport = errdefs.ErrNoCommonTransport

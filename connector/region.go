@@ -113,47 +113,20 @@ func (c *Connector) newRegionID() RegionID {
 	return c.nextRegion
 }
 
+// newRegion makes the Region for mem (at fileOffset of file), not yet
+// registered; free gives its memory back.
+func (c *Connector) newRegion(id RegionID, name string, mem []byte, file *os.File, fileOffset uint64, free func()) *Region {
+	return &Region{c: c, id: id, name: name, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
+		file: file, fileOffset: fileOffset, free: free, keys: map[string][]byte{}}
+}
+
 // register registers mem (at fileOffset of file) with every transport up,
 // then publishes it. It calls free on failure.
 func (c *Connector) register(ctx context.Context, id RegionID, name string, mem []byte, file *os.File, fileOffset uint64, free func()) (*Region, error) {
-	r := &Region{c: c, id: id, name: name, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
-		file: file, fileOffset: fileOffset, free: free, keys: map[string][]byte{}}
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
-	transports := c.active()
-	for i, at := range transports {
-		if c.usableOn(at) != nil {
-			continue // down: a restart registers every region anew
-		}
-		key, err := at.tr.RegisterRegion(ctx, r.transportRegion())
-		if err != nil {
-			for _, done := range transports[:i] {
-				done.tr.DeregisterRegion(context.Background(), id)
-			}
-			free()
-			return nil, fmt.Errorf("connector: registering %s with transport %s: %w", units.FormatSize(uint64(len(mem))), at.name, err)
-		}
-		c.mu.Lock()
-		r.keys[at.name] = key
-		c.mu.Unlock()
+	r := c.newRegion(id, name, mem, file, fileOffset, free)
+	if err := c.registerAll(ctx, []*Region{r}); err != nil {
+		return nil, err
 	}
-	if err := c.local.Add(uint64(id), r.addr, mem); err != nil {
-		for _, at := range transports {
-			at.tr.DeregisterRegion(context.Background(), id)
-		}
-		free()
-		return nil, fmt.Errorf("connector: %w", err)
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.local.Remove(context.Background(), uint64(id))
-		r.release()
-		return nil, fmt.Errorf("connector: %w", ErrClosed)
-	}
-	c.regions[id] = r
-	c.mu.Unlock()
-	c.republish()
 	return r, nil
 }
 

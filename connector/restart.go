@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // restartBackoff is the wait before each attempt to restart a crashed
@@ -59,14 +61,20 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 		regions = append(regions, r)
 	}
 	c.mu.Unlock()
+	trs := make([]plugins.Region, len(regions))
+	for i, r := range regions {
+		trs[i] = r.transportRegion()
+	}
 	keys := make(map[RegionID][]byte, len(regions))
-	for _, r := range regions {
-		key, err := at.tr.RegisterRegion(ctx, r.transportRegion())
+	if len(trs) > 0 {
+		got, err := registerWith(ctx, at.tr, trs)
 		if err != nil {
 			closeBounded(context.Background(), at.tr)
-			return fmt.Errorf("registering region %d with the restarted transport: %w", r.id, err)
+			return fmt.Errorf("registering %d regions with the restarted transport: %w", len(trs), err)
 		}
-		keys[r.id] = key
+		for i, r := range regions {
+			keys[r.id] = got[i]
+		}
 	}
 	c.mu.Lock()
 	if c.closed {

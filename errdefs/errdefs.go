@@ -64,6 +64,10 @@ var (
 	ErrNoCommonTransport = errors.New("no transport in common with the peer")
 	// ErrInternal is a bug: an invariant was broken.
 	ErrInternal = errors.New("internal error")
+	// ErrAddressOverlap means memory to register overlaps memory already
+	// registered (Mooncake's ERR_ADDRESS_OVERLAPPED). It always comes
+	// wrapped together with ErrInvalidArgument.
+	ErrAddressOverlap = errors.New("address range overlaps a registered region")
 )
 
 // kinds maps each sentinel to its stable wire name. The order is the
@@ -91,6 +95,7 @@ var kinds = [...]struct {
 	{"unauthenticated", ErrUnauthenticated},
 	{"no_common_transport", ErrNoCommonTransport},
 	{"internal", ErrInternal},
+	{"address_overlap", ErrAddressOverlap},
 }
 
 // Kind returns the stable wire name of the first sentinel err wraps, or ""

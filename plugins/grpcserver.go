@@ -50,6 +50,7 @@ type grpcServer struct {
 // Guarded by grpcServer.mu.
 type fileView struct {
 	token    uint64
+	offset   uint64 // where the view starts in the file
 	seg      *shm.Segment
 	regions  int  // registered regions in it, plus registrations under way
 	released bool // the host will not name the token again
@@ -65,7 +66,7 @@ func (s *grpcServer) features() uint32 {
 	if s.fds == nil {
 		return 0
 	}
-	f := pluginrpc.FeatureFileViews
+	f := pluginrpc.FeatureFileViews | pluginrpc.FeatureViewOffset | pluginrpc.FeatureBatchRegister
 	if ring.Supported {
 		f |= pluginrpc.FeatureRings
 	}
@@ -117,68 +118,116 @@ func (s *grpcServer) Init(ctx context.Context, req *proto.InitRequest) (*proto.I
 }
 
 func (s *grpcServer) RegisterRegion(ctx context.Context, req *proto.RegisterRegionRequest) (*proto.RegisterRegionResponse, error) {
+	key, err := s.register(ctx, req)
+	if err != nil {
+		return nil, pluginrpc.ToStatus(err)
+	}
+	return &proto.RegisterRegionResponse{Key: key}, nil
+}
+
+// register maps the region req names and registers it with the
+// transport.
+func (s *grpcServer) register(ctx context.Context, req *proto.RegisterRegionRequest) ([]byte, error) {
 	if s.fds == nil {
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: the plugin has no fd channel (was it started by a kvconnect host?): %w", req.Id, ErrNotSupported))
+		return nil, fmt.Errorf("register region %d: the plugin has no fd channel (was it started by a kvconnect host?): %w", req.Id, ErrNotSupported)
 	}
 	if req.Size == 0 || req.Size > shm.MaxSize {
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: size %d out of range: %w", req.Id, req.Size, ErrInvalidArgument))
+		return nil, fmt.Errorf("register region %d: size %d out of range: %w", req.Id, req.Size, ErrInvalidArgument)
 	}
 	if req.ViewSize != 0 {
 		return s.registerInView(ctx, req)
 	}
 	f, err := s.fds.Take(req.FdToken, fdTimeout)
 	if err != nil {
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: %w", req.Id, err))
+		return nil, fmt.Errorf("register region %d: %w", req.Id, err)
 	}
 	seg, err := shm.Map(f, req.FileOffset, int(req.Size))
 	if err != nil {
 		f.Close()
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: %v: %w", req.Id, err, ErrInvalidArgument))
+		return nil, fmt.Errorf("register region %d: %v: %w", req.Id, err, ErrInvalidArgument)
 	}
 	key, err := s.impl.RegisterRegion(ctx, Region{ID: RegionID(req.Id), Addr: req.Addr, Mem: seg.Bytes(), File: seg.File(), FileOffset: req.FileOffset})
 	if err != nil {
 		seg.Close()
-		return nil, pluginrpc.ToStatus(err)
+		return nil, err
 	}
 	s.mu.Lock()
 	s.segs[RegionID(req.Id)] = seg
 	s.mu.Unlock()
-	return &proto.RegisterRegionResponse{Key: key}, nil
+	return key, nil
 }
 
 // registerInView registers a region of a file view, mapping the view
 // first if this is the first region to name its token.
-func (s *grpcServer) registerInView(ctx context.Context, req *proto.RegisterRegionRequest) (*proto.RegisterRegionResponse, error) {
-	if req.ViewSize > shm.MaxSize || req.FileOffset > req.ViewSize || req.Size > req.ViewSize-req.FileOffset {
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: [%d, +%d) does not fit in a file view of %d bytes: %w",
-			req.Id, req.FileOffset, req.Size, req.ViewSize, ErrInvalidArgument))
+func (s *grpcServer) registerInView(ctx context.Context, req *proto.RegisterRegionRequest) ([]byte, error) {
+	if req.ViewSize > shm.MaxSize || req.ViewOffset > shm.MaxOffset || req.FileOffset < req.ViewOffset ||
+		req.FileOffset-req.ViewOffset > req.ViewSize || req.Size > req.ViewSize-(req.FileOffset-req.ViewOffset) {
+		return nil, fmt.Errorf("register region %d: [%d, +%d) does not fit in a file view of %d bytes at offset %d: %w",
+			req.Id, req.FileOffset, req.Size, req.ViewSize, req.ViewOffset, ErrInvalidArgument)
 	}
-	v, err := s.acquireView(req.FdToken, req.ViewSize)
+	v, err := s.acquireView(req.FdToken, req.ViewOffset, req.ViewSize)
 	if err != nil {
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: %w", req.Id, err))
+		return nil, fmt.Errorf("register region %d: %w", req.Id, err)
 	}
 	all := v.seg.Bytes()
-	if uint64(len(all)) != req.ViewSize {
+	if uint64(len(all)) != req.ViewSize || v.offset != req.ViewOffset {
 		s.releaseRegion(v)
-		return nil, pluginrpc.ToStatus(fmt.Errorf("register region %d: token %d names a view of %d bytes, not %d: %w", req.Id, req.FdToken, len(all), req.ViewSize, ErrInvalidArgument))
+		return nil, fmt.Errorf("register region %d: token %d names a view of %d bytes at offset %d, not %d at %d: %w",
+			req.Id, req.FdToken, len(all), v.offset, req.ViewSize, req.ViewOffset, ErrInvalidArgument)
 	}
-	mem := all[req.FileOffset : req.FileOffset+req.Size : req.FileOffset+req.Size]
+	at := req.FileOffset - req.ViewOffset
+	mem := all[at : at+req.Size : at+req.Size]
 	shm.Populate(mem)
 	key, err := s.impl.RegisterRegion(ctx, Region{ID: RegionID(req.Id), Addr: req.Addr, Mem: mem, File: v.seg.File(), FileOffset: req.FileOffset})
 	if err != nil {
 		s.releaseRegion(v)
-		return nil, pluginrpc.ToStatus(err)
+		return nil, err
 	}
 	s.mu.Lock()
 	s.viewOf[RegionID(req.Id)] = v
 	s.mu.Unlock()
-	return &proto.RegisterRegionResponse{Key: key}, nil
+	return key, nil
+}
+
+// RegisterRegions registers every region of the request, or none: a
+// failure deregisters the ones done and names the region that failed.
+func (s *grpcServer) RegisterRegions(ctx context.Context, req *proto.RegisterRegionsRequest) (*proto.RegisterRegionsResponse, error) {
+	if len(req.Regions) > MaxBatchRegions {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("register regions: %d regions in one call, the limit is %d: %w", len(req.Regions), MaxBatchRegions, ErrInvalidArgument))
+	}
+	keys := make([][]byte, 0, len(req.Regions))
+	for i, r := range req.Regions {
+		key, err := s.register(ctx, r)
+		if err != nil {
+			for _, done := range req.Regions[:i] {
+				s.deregister(context.WithoutCancel(ctx), RegionID(done.Id))
+			}
+			return nil, pluginrpc.ToStatus(fmt.Errorf("register regions: region %d of %d: %w", i+1, len(req.Regions), err))
+		}
+		keys = append(keys, key)
+	}
+	return &proto.RegisterRegionsResponse{Keys: keys}, nil
+}
+
+// DeregisterRegions deregisters every region it names and returns the
+// first failure.
+func (s *grpcServer) DeregisterRegions(ctx context.Context, req *proto.DeregisterRegionsRequest) (*proto.DeregisterRegionsResponse, error) {
+	var first error
+	for _, id := range req.Ids {
+		if err := s.deregister(ctx, RegionID(id)); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return nil, pluginrpc.ToStatus(first)
+	}
+	return &proto.DeregisterRegionsResponse{}, nil
 }
 
 // acquireView returns the view of token with one more region counted in
 // it, mapping it if it is new. Concurrent first registrations of one
 // token map it once: the others wait for the first.
-func (s *grpcServer) acquireView(token, size uint64) (*fileView, error) {
+func (s *grpcServer) acquireView(token, offset, size uint64) (*fileView, error) {
 	for {
 		s.mu.Lock()
 		if v, ok := s.views[token]; ok {
@@ -198,7 +247,7 @@ func (s *grpcServer) acquireView(token, size uint64) (*fileView, error) {
 		done := make(chan struct{})
 		s.pending[token] = done
 		s.mu.Unlock()
-		v, err := s.mapView(token, size)
+		v, err := s.mapView(token, offset, size)
 		s.mu.Lock()
 		delete(s.pending, token)
 		close(done)
@@ -210,17 +259,17 @@ func (s *grpcServer) acquireView(token, size uint64) (*fileView, error) {
 	}
 }
 
-func (s *grpcServer) mapView(token, size uint64) (*fileView, error) {
+func (s *grpcServer) mapView(token, offset, size uint64) (*fileView, error) {
 	f, err := s.fds.Take(token, fdTimeout)
 	if err != nil {
 		return nil, err
 	}
-	seg, err := shm.MapView(f, int(size))
+	seg, err := shm.MapViewAt(f, offset, int(size))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("file view %d: %v: %w", token, err, ErrInvalidArgument)
 	}
-	return &fileView{token: token, seg: seg, regions: 1}, nil
+	return &fileView{token: token, offset: offset, seg: seg, regions: 1}, nil
 }
 
 // releaseRegion counts one region out of v, closing v if the host has
@@ -263,9 +312,17 @@ func (s *grpcServer) ReleaseFile(_ context.Context, req *proto.ReleaseFileReques
 }
 
 func (s *grpcServer) DeregisterRegion(ctx context.Context, req *proto.DeregisterRegionRequest) (*proto.DeregisterRegionResponse, error) {
-	id := RegionID(req.Id)
-	if err := s.impl.DeregisterRegion(ctx, id); err != nil {
+	if err := s.deregister(ctx, RegionID(req.Id)); err != nil {
 		return nil, pluginrpc.ToStatus(err)
+	}
+	return &proto.DeregisterRegionResponse{}, nil
+}
+
+// deregister deregisters a region from the transport and drops its
+// mapping.
+func (s *grpcServer) deregister(ctx context.Context, id RegionID) error {
+	if err := s.impl.DeregisterRegion(ctx, id); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	seg := s.segs[id]
@@ -279,7 +336,7 @@ func (s *grpcServer) DeregisterRegion(ctx context.Context, req *proto.Deregister
 	if v != nil {
 		s.releaseRegion(v)
 	}
-	return &proto.DeregisterRegionResponse{}, nil
+	return nil
 }
 
 func (s *grpcServer) Connect(ctx context.Context, req *proto.ConnectRequest) (*proto.ConnectResponse, error) {

@@ -37,6 +37,9 @@ const APIVersion = pluginrpc.ProtocolVersion
 // plugin alike.
 const MaxBatchOps = pluginrpc.MaxOps
 
+// MaxBatchRegions bounds the regions of one RegisterRegions call.
+const MaxBatchRegions = 1 << 14
+
 // RegionID names a registered region within one node. 0 is never a valid
 // id: in an Op, RemoteRegion 0 means RemoteOffset is an absolute address
 // (and LocalRegion 0 that LocalOffset is one).
@@ -245,6 +248,22 @@ type DataPath interface {
 	// ErrTimeout or ErrCanceled. It returns a non-nil error only when the
 	// batch as a whole could not run; results then carry that error too.
 	Transfer(ctx context.Context, peer PeerID, ops []Op, results []OpResult) error
+}
+
+// BatchRegistrar is an optional capability of a Transport: registering
+// and deregistering many regions in one call, which the host's plugin
+// client implements with one round trip to the plugin for many regions.
+// The connector uses it where regions come in bulk (a batch
+// registration, a plugin restart).
+//
+// RegisterRegions registers every region or none: on failure it leaves
+// none of them registered and names the one that failed. It returns one
+// key per region, in order. DeregisterRegions tries every id and returns
+// the first failure. Both are safe for concurrent use, like every
+// Transport method.
+type BatchRegistrar interface {
+	RegisterRegions(ctx context.Context, rs []Region) (keys [][]byte, err error)
+	DeregisterRegions(ctx context.Context, ids []RegionID) error
 }
 
 // FillResults sets every result to err. Transports use it when a batch

@@ -118,6 +118,14 @@ const (
 // path (internal/ring).
 const FeatureRings uint32 = 1 << 1
 
+// FeatureViewOffset: the plugin maps file views that start inside the
+// file (RegisterRegionRequest.view_offset).
+const FeatureViewOffset uint32 = 1 << 2
+
+// FeatureBatchRegister: the plugin serves RegisterRegions and
+// DeregisterRegions (many regions per round trip).
+const FeatureBatchRegister uint32 = 1 << 3
+
 // EnvRings turns the shared-memory data path off when set to 0 (the
 // host then calls Transfer for every batch); docs/DATAPATH.md.
 const EnvRings = "KVCONNECT_PLUGIN_RINGS"

@@ -35,7 +35,7 @@ func CheckShareable(f *os.File, offset uint64, size int) error {
 	if err := checkSize(size); err != nil {
 		return err
 	}
-	if offset > MaxSize {
+	if offset > MaxOffset {
 		return fmt.Errorf("shm: offset %d out of range", offset)
 	}
 	fd := int(f.Fd())

@@ -17,6 +17,10 @@ var ErrUnsupported = errors.New("shm: shared memory regions are not supported on
 // MaxSize bounds one segment (1 TiB) so a bad size cannot wrap arithmetic.
 const MaxSize = 1 << 40
 
+// MaxOffset bounds an offset into a shared-memory file: every user
+// address (the arena of caller memory puts pages at their address).
+const MaxOffset = 1 << 57
+
 // Segment is a shared-memory mapping and the file that backs it.
 type Segment struct {
 	mu   sync.Mutex

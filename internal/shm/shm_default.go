@@ -16,6 +16,9 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) { return nil, Er
 // MapView is not supported on this platform.
 func MapView(f *os.File, size int) (*Segment, error) { return nil, ErrUnsupported }
 
+// MapViewAt is not supported on this platform.
+func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) { return nil, ErrUnsupported }
+
 // Populate does nothing on this platform.
 func Populate(mem []byte) {}
 

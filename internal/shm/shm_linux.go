@@ -73,13 +73,20 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 // many regions share) without faulting its pages in: regions fault in
 // their own ranges (Populate). The segment takes ownership of f. The file
 // must pass CheckShareable for [0, size).
-func MapView(f *os.File, size int) (*Segment, error) {
-	if err := CheckShareable(f, 0, size); err != nil {
+func MapView(f *os.File, size int) (*Segment, error) { return MapViewAt(f, 0, size) }
+
+// MapViewAt is MapView of [offset, offset+size) of the file; offset must
+// be a page multiple.
+func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) {
+	if err := CheckShareable(f, offset, size); err != nil {
 		return nil, err
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if offset%uint64(unix.Getpagesize()) != 0 {
+		return nil, fmt.Errorf("shm: view of %s at offset %d: not a page multiple", f.Name(), offset)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), int64(offset), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("shm: mmap %d bytes of %s: %w", size, f.Name(), fdlimit.ExplainMmap(err))
+		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d of %s: %w", size, offset, f.Name(), fdlimit.ExplainMmap(err))
 	}
 	return &Segment{file: f, full: mem, mem: mem}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,22 +53,58 @@ type grpcClient struct {
 	// guards current, viewOf and every hostView's refs; it is never held
 	// across a call to the plugin.
 	viewMu  sync.Mutex
-	current map[fileKey]*hostView // the view new regions of a file go into
+	current map[viewKey]*hostView // the view new regions of a file (window) go into
 	viewOf  map[plugins.RegionID]*hostView
 }
 
-// hostView is a file sent to the plugin once: the plugin maps [0, size)
-// of it when the first region names token. refs counts the regions
-// registered in it and the registrations under way; at 0 the view is
-// released (ReleaseFile) and never named again.
-type hostView struct {
-	token uint64
-	size  uint64
-	key   fileKey
-	refs  int
+// viewKey is a view's file and where the view starts in it.
+type viewKey struct {
+	file   fileKey
+	offset uint64
 }
 
-var _ plugins.Transport = (*grpcClient)(nil)
+// hostView is a file sent to the plugin once: the plugin maps [offset,
+// offset+size) of it when the first region names token. refs counts the
+// regions registered in it and the registrations under way; at 0 the view
+// is released (ReleaseFile) and never named again.
+type hostView struct {
+	token  uint64
+	offset uint64
+	size   uint64
+	key    viewKey
+	refs   int
+}
+
+// Files up to maxWholeView bytes are mapped whole by the plugin, as one
+// view; a larger one (the sparse arena of caller memory, whose offsets
+// are addresses) in windows of viewWindow bytes, or a window of a
+// region's own when it crosses a window's edge. Windows need the plugin's
+// view offsets feature; an older plugin gets such a region's descriptor
+// alone.
+const (
+	maxWholeView = 1 << 40
+	viewWindow   = 1 << 30
+)
+
+// window is the view [offset, offset+size) of a file of fileSize bytes
+// that holds [start, end).
+func window(start, end, fileSize uint64) (offset, size uint64) {
+	if fileSize <= maxWholeView {
+		return 0, fileSize
+	}
+	w := start &^ (viewWindow - 1)
+	if end <= w+viewWindow {
+		return w, min(viewWindow, fileSize-w)
+	}
+	page := uint64(os.Getpagesize())
+	offset = start &^ (page - 1)
+	return offset, min((end+page-1)&^(page-1), fileSize) - offset
+}
+
+var (
+	_ plugins.Transport      = (*grpcClient)(nil)
+	_ plugins.BatchRegistrar = (*grpcClient)(nil)
+)
 
 // Info asks the transport; once it is closed (its process gone) it
 // answers what the transport last said.
@@ -104,28 +141,35 @@ func (c *grpcClient) Init(ctx context.Context, req plugins.InitRequest) (plugins
 }
 
 func (c *grpcClient) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
-	if r.File == nil {
-		return nil, fmt.Errorf("plugin %s: register region %d: a subprocess transport needs a shared-memory region (Region.File is nil): %w", c.name, r.ID, errdefs.ErrInvalidArgument)
-	}
-	if len(r.Mem) == 0 {
-		return nil, fmt.Errorf("plugin %s: register region %d: empty region: %w", c.name, r.ID, errdefs.ErrInvalidArgument)
-	}
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
-	if c.features.Load()&pluginrpc.FeatureFileViews != 0 {
-		return c.registerInView(ctx, r)
-	}
-	token, err := c.send(r)
+	keys, err := c.registerRegions(ctx, []plugins.Region{r}, false)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.rpc.RegisterRegion(ctx, &proto.RegisterRegionRequest{
-		Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset, FdToken: token,
-	})
-	if err != nil {
-		return nil, c.fromStatus(ctx, "register region", err)
+	return keys[0], nil
+}
+
+// RegisterRegions registers many regions in one round trip to a plugin
+// with the batch feature (plugins.BatchRegistrar), all or none; an older
+// plugin gets one call per region.
+func (c *grpcClient) RegisterRegions(ctx context.Context, rs []plugins.Region) ([][]byte, error) {
+	keys := make([][]byte, 0, len(rs))
+	for done := 0; done < len(rs); {
+		n := min(len(rs)-done, plugins.MaxBatchRegions)
+		k, err := c.registerRegions(ctx, rs[done:done+n], true)
+		if err != nil {
+			if done > 0 {
+				ids := make([]plugins.RegionID, done)
+				for i := range ids {
+					ids[i] = rs[i].ID
+				}
+				c.DeregisterRegions(context.WithoutCancel(ctx), ids)
+			}
+			return nil, err
+		}
+		keys = append(keys, k...)
+		done += n
 	}
-	return resp.Key, nil
+	return keys, nil
 }
 
 // send sends r's file over the fd channel and returns its token.
@@ -142,20 +186,126 @@ func (c *grpcClient) send(r plugins.Region) (uint64, error) {
 	return token, nil
 }
 
-// registerInView registers r as a range of its file's view, sending the
-// file first when no view of it holds the range. The caller holds regMu.
-func (c *grpcClient) registerInView(ctx context.Context, r plugins.Region) ([]byte, error) {
+// check refuses a region a plugin cannot map.
+func (c *grpcClient) check(r plugins.Region) error {
+	if r.File == nil {
+		return fmt.Errorf("plugin %s: register region %d: a subprocess transport needs a shared-memory region (Region.File is nil): %w", c.name, r.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(r.Mem) == 0 {
+		return fmt.Errorf("plugin %s: register region %d: empty region: %w", c.name, r.ID, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// registerRegions registers rs, in one RegisterRegions call when batch is
+// set and the plugin has the feature, else one call each.
+func (c *grpcClient) registerRegions(ctx context.Context, rs []plugins.Region, batch bool) ([][]byte, error) {
+	for _, r := range rs {
+		if err := c.check(r); err != nil {
+			return nil, err
+		}
+	}
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	features := c.features.Load()
+	reqs := make([]*proto.RegisterRegionRequest, 0, len(rs))
+	views := make([]*hostView, 0, len(rs))
+	undo := func() {
+		for _, v := range views {
+			if v != nil {
+				c.unref(v)
+			}
+		}
+	}
+	for _, r := range rs {
+		req, v, err := c.prepare(r, features)
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		reqs, views = append(reqs, req), append(views, v)
+	}
+	keys := make([][]byte, len(rs))
+	if batch && len(rs) > 1 && features&pluginrpc.FeatureBatchRegister != 0 {
+		resp, err := c.rpc.RegisterRegions(ctx, &proto.RegisterRegionsRequest{Regions: reqs})
+		if err == nil && len(resp.Keys) != len(rs) {
+			err = fmt.Errorf("plugin %s: register regions: %d keys for %d regions: %w", c.name, len(resp.Keys), len(rs), errdefs.ErrProtocol)
+			c.rpc.DeregisterRegions(context.WithoutCancel(ctx), &proto.DeregisterRegionsRequest{Ids: regionIDs(rs)})
+		} else if err != nil {
+			err = c.fromStatus(ctx, "register regions", err)
+		}
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		copy(keys, resp.Keys)
+	} else {
+		for i, req := range reqs {
+			resp, err := c.rpc.RegisterRegion(ctx, req)
+			if err != nil {
+				for _, done := range reqs[:i] {
+					c.rpc.DeregisterRegion(context.WithoutCancel(ctx), &proto.DeregisterRegionRequest{Id: done.Id})
+				}
+				undo()
+				return nil, c.fromStatus(ctx, "register region", err)
+			}
+			keys[i] = resp.Key
+		}
+	}
+	c.viewMu.Lock()
+	for i, v := range views {
+		if v != nil {
+			c.viewOf[rs[i].ID] = v
+		}
+	}
+	c.viewMu.Unlock()
+	return keys, nil
+}
+
+func regionIDs(rs []plugins.Region) []uint64 {
+	ids := make([]uint64, len(rs))
+	for i, r := range rs {
+		ids[i] = uint64(r.ID)
+	}
+	return ids
+}
+
+// prepare builds r's registration: a region of a file view (sending the
+// file first when no view holds the range) when the plugin has views,
+// else its own descriptor. The view returned holds a reference for r.
+// The caller holds regMu.
+func (c *grpcClient) prepare(r plugins.Region, features uint32) (*proto.RegisterRegionRequest, *hostView, error) {
+	req := &proto.RegisterRegionRequest{Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset}
+	if features&pluginrpc.FeatureFileViews == 0 {
+		token, err := c.send(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		req.FdToken = token
+		return req, nil, nil
+	}
 	key, size, err := fileID(r.File)
 	if err != nil {
-		return nil, fmt.Errorf("plugin %s: register region %d: %v: %w", c.name, r.ID, err, errdefs.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("plugin %s: register region %d: %v: %w", c.name, r.ID, err, errdefs.ErrInvalidArgument)
 	}
 	end := r.FileOffset + uint64(len(r.Mem))
 	if end < r.FileOffset || end > size {
-		return nil, fmt.Errorf("plugin %s: register region %d: [%d, +%d) runs past the end of %s (%d bytes): %w", c.name, r.ID, r.FileOffset, len(r.Mem), r.File.Name(), size, errdefs.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("plugin %s: register region %d: [%d, +%d) runs past the end of %s (%d bytes): %w", c.name, r.ID, r.FileOffset, len(r.Mem), r.File.Name(), size, errdefs.ErrInvalidArgument)
 	}
+	off, vsize := window(r.FileOffset, end, size)
+	if off != 0 && features&pluginrpc.FeatureViewOffset == 0 {
+		// An older plugin maps views from the file's start only.
+		token, err := c.send(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		req.FdToken = token
+		return req, nil, nil
+	}
+	vk := viewKey{file: key, offset: off}
 	c.viewMu.Lock()
-	v := c.current[key]
-	if v != nil && end <= v.size {
+	v := c.current[vk]
+	if v != nil && end <= v.offset+v.size {
 		v.refs++
 	} else {
 		v = nil
@@ -164,28 +314,19 @@ func (c *grpcClient) registerInView(ctx context.Context, r plugins.Region) ([]by
 	if v == nil {
 		token, err := c.send(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		v = &hostView{token: token, size: size, key: key, refs: 1}
+		v = &hostView{token: token, offset: off, size: vsize, key: vk, refs: 1}
 		c.viewMu.Lock()
 		if c.current == nil {
-			c.current, c.viewOf = map[fileKey]*hostView{}, map[plugins.RegionID]*hostView{}
+			c.current, c.viewOf = map[viewKey]*hostView{}, map[plugins.RegionID]*hostView{}
 		}
 		// A view made for a smaller file stays until its regions go.
-		c.current[key] = v
+		c.current[vk] = v
 		c.viewMu.Unlock()
 	}
-	resp, err := c.rpc.RegisterRegion(ctx, &proto.RegisterRegionRequest{
-		Id: uint64(r.ID), Addr: r.Addr, Size: uint64(len(r.Mem)), FileOffset: r.FileOffset, FdToken: v.token, ViewSize: v.size,
-	})
-	if err != nil {
-		c.unref(v)
-		return nil, c.fromStatus(ctx, "register region", err)
-	}
-	c.viewMu.Lock()
-	c.viewOf[r.ID] = v
-	c.viewMu.Unlock()
-	return resp.Key, nil
+	req.FdToken, req.ViewSize, req.ViewOffset = v.token, v.size, v.offset
+	return req, v, nil
 }
 
 // releaseTimeout bounds a ReleaseFile call.
@@ -216,14 +357,51 @@ func (c *grpcClient) DeregisterRegion(ctx context.Context, id plugins.RegionID) 
 	if err != nil {
 		return c.fromStatus(ctx, "deregister region", err)
 	}
+	c.dropViews([]plugins.RegionID{id})
+	return nil
+}
+
+// DeregisterRegions deregisters many regions in one round trip to a
+// plugin with the batch feature (plugins.BatchRegistrar); every region is
+// tried and the first failure returned.
+func (c *grpcClient) DeregisterRegions(ctx context.Context, ids []plugins.RegionID) error {
+	if c.features.Load()&pluginrpc.FeatureBatchRegister == 0 || len(ids) == 1 {
+		var first error
+		for _, id := range ids {
+			if err := c.DeregisterRegion(ctx, id); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	raw := make([]uint64, len(ids))
+	for i, id := range ids {
+		raw[i] = uint64(id)
+	}
+	_, err := c.rpc.DeregisterRegions(ctx, &proto.DeregisterRegionsRequest{Ids: raw})
+	if err != nil {
+		// Some may be gone: a region the plugin no longer knows keeps
+		// its view reference until Close, which is harmless.
+		return c.fromStatus(ctx, "deregister regions", err)
+	}
+	c.dropViews(ids)
+	return nil
+}
+
+// dropViews counts deregistered regions out of their views.
+func (c *grpcClient) dropViews(ids []plugins.RegionID) {
+	var gone []*hostView
 	c.viewMu.Lock()
-	v := c.viewOf[id]
-	delete(c.viewOf, id)
+	for _, id := range ids {
+		if v := c.viewOf[id]; v != nil {
+			gone = append(gone, v)
+			delete(c.viewOf, id)
+		}
+	}
 	c.viewMu.Unlock()
-	if v != nil {
+	for _, v := range gone {
 		c.unref(v)
 	}
-	return nil
 }
 
 func (c *grpcClient) Connect(ctx context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {

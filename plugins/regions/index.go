@@ -51,8 +51,8 @@ func checkSpan(s Span) error {
 }
 
 func overlapError(a, b Span) error {
-	return fmt.Errorf("region %d [0x%x, 0x%x) overlaps region %d [0x%x, 0x%x): %w",
-		a.ID, a.Addr, a.End(), b.ID, b.Addr, b.End(), errdefs.ErrInvalidArgument)
+	return fmt.Errorf("region %d [0x%x, 0x%x) overlaps region %d [0x%x, 0x%x): %w: %w",
+		a.ID, a.Addr, a.End(), b.ID, b.Addr, b.End(), errdefs.ErrAddressOverlap, errdefs.ErrInvalidArgument)
 }
 
 // Index is an immutable lookup over a list of regions, each carrying a

@@ -69,8 +69,10 @@ type InfoResponse struct {
 	Capabilities uint32                 `protobuf:"varint,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Protocol features the plugin's SDK supports (not the transport's
 	// capabilities): bit 0 (1) file views, see RegisterRegionRequest.view_size;
-	// bit 1 (2) rings, see OpenRing. A plugin that leaves it 0 gets one
-	// descriptor per region and every batch through Transfer.
+	// bit 1 (2) rings, see OpenRing; bit 2 (4) view offsets, see
+	// RegisterRegionRequest.view_offset; bit 3 (8) RegisterRegions and
+	// DeregisterRegions. A plugin that leaves it 0 gets one descriptor per
+	// region and every batch through Transfer.
 	Features      uint32 `protobuf:"varint,5,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -306,7 +308,14 @@ type RegisterRegionRequest struct {
 	// [0, view_size) of the file once, the first time a region names the
 	// token, and the region is [file_offset, file_offset+size) of that
 	// mapping. The view stays until ReleaseFile names the token.
-	ViewSize      uint64 `protobuf:"varint,6,opt,name=view_size,json=viewSize,proto3" json:"view_size,omitempty"`
+	ViewSize uint64 `protobuf:"varint,6,opt,name=view_size,json=viewSize,proto3" json:"view_size,omitempty"`
+	// Where the view starts in the file (only to a plugin reporting the
+	// view offsets feature; 0 otherwise): the plugin maps [view_offset,
+	// view_offset+view_size) of the file, and the region is [file_offset,
+	// file_offset+size) of the file, inside that view. A page multiple.
+	// Large sparse files (the arena of caller memory, whose offsets are
+	// addresses) are mapped in windows this way.
+	ViewOffset    uint64 `protobuf:"varint,7,opt,name=view_offset,json=viewOffset,proto3" json:"view_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +392,182 @@ func (x *RegisterRegionRequest) GetViewSize() uint64 {
 	return 0
 }
 
+func (x *RegisterRegionRequest) GetViewOffset() uint64 {
+	if x != nil {
+		return x.ViewOffset
+	}
+	return 0
+}
+
+type RegisterRegionsRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Regions       []*RegisterRegionRequest `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRegionsRequest) Reset() {
+	*x = RegisterRegionsRequest{}
+	mi := &file_transport_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRegionsRequest) ProtoMessage() {}
+
+func (x *RegisterRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRegionsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RegisterRegionsRequest) GetRegions() []*RegisterRegionRequest {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type RegisterRegionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One key per region, in order.
+	Keys          [][]byte `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRegionsResponse) Reset() {
+	*x = RegisterRegionsResponse{}
+	mi := &file_transport_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRegionsResponse) ProtoMessage() {}
+
+func (x *RegisterRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRegionsResponse.ProtoReflect.Descriptor instead.
+func (*RegisterRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RegisterRegionsResponse) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type DeregisterRegionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []uint64               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterRegionsRequest) Reset() {
+	*x = DeregisterRegionsRequest{}
+	mi := &file_transport_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterRegionsRequest) ProtoMessage() {}
+
+func (x *DeregisterRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterRegionsRequest.ProtoReflect.Descriptor instead.
+func (*DeregisterRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeregisterRegionsRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type DeregisterRegionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterRegionsResponse) Reset() {
+	*x = DeregisterRegionsResponse{}
+	mi := &file_transport_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterRegionsResponse) ProtoMessage() {}
+
+func (x *DeregisterRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterRegionsResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{8}
+}
+
 type RegisterRegionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -392,7 +577,7 @@ type RegisterRegionResponse struct {
 
 func (x *RegisterRegionResponse) Reset() {
 	*x = RegisterRegionResponse{}
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +589,7 @@ func (x *RegisterRegionResponse) String() string {
 func (*RegisterRegionResponse) ProtoMessage() {}
 
 func (x *RegisterRegionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +602,7 @@ func (x *RegisterRegionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRegionResponse.ProtoReflect.Descriptor instead.
 func (*RegisterRegionResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{5}
+	return file_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterRegionResponse) GetKey() []byte {
@@ -436,7 +621,7 @@ type DeregisterRegionRequest struct {
 
 func (x *DeregisterRegionRequest) Reset() {
 	*x = DeregisterRegionRequest{}
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +633,7 @@ func (x *DeregisterRegionRequest) String() string {
 func (*DeregisterRegionRequest) ProtoMessage() {}
 
 func (x *DeregisterRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +646,7 @@ func (x *DeregisterRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRegionRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRegionRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{6}
+	return file_transport_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeregisterRegionRequest) GetId() uint64 {
@@ -479,7 +664,7 @@ type DeregisterRegionResponse struct {
 
 func (x *DeregisterRegionResponse) Reset() {
 	*x = DeregisterRegionResponse{}
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +676,7 @@ func (x *DeregisterRegionResponse) String() string {
 func (*DeregisterRegionResponse) ProtoMessage() {}
 
 func (x *DeregisterRegionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +689,7 @@ func (x *DeregisterRegionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRegionResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterRegionResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_rawDescGZIP(), []int{11}
 }
 
 type RemoteRegion struct {
@@ -519,7 +704,7 @@ type RemoteRegion struct {
 
 func (x *RemoteRegion) Reset() {
 	*x = RemoteRegion{}
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +716,7 @@ func (x *RemoteRegion) String() string {
 func (*RemoteRegion) ProtoMessage() {}
 
 func (x *RemoteRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +729,7 @@ func (x *RemoteRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteRegion.ProtoReflect.Descriptor instead.
 func (*RemoteRegion) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{8}
+	return file_transport_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoteRegion) GetId() uint64 {
@@ -586,7 +771,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +783,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +796,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{9}
+	return file_transport_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConnectRequest) GetName() string {
@@ -644,7 +829,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +841,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +854,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{10}
+	return file_transport_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConnectResponse) GetPeer() uint64 {
@@ -688,7 +873,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +885,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +898,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
+	return file_transport_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DisconnectRequest) GetPeer() uint64 {
@@ -731,7 +916,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +928,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +941,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{12}
+	return file_transport_proto_rawDescGZIP(), []int{16}
 }
 
 type TransferRequest struct {
@@ -772,7 +957,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +969,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +982,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
+	return file_transport_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TransferRequest) GetPeer() uint64 {
@@ -829,7 +1014,7 @@ type OpError struct {
 
 func (x *OpError) Reset() {
 	*x = OpError{}
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1026,7 @@ func (x *OpError) String() string {
 func (*OpError) ProtoMessage() {}
 
 func (x *OpError) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1039,7 @@ func (x *OpError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpError.ProtoReflect.Descriptor instead.
 func (*OpError) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
+	return file_transport_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpError) GetIndex() uint32 {
@@ -897,7 +1082,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1094,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1107,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{15}
+	return file_transport_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TransferResponse) GetErrors() []*OpError {
@@ -948,7 +1133,7 @@ type ReleaseFileRequest struct {
 
 func (x *ReleaseFileRequest) Reset() {
 	*x = ReleaseFileRequest{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1145,7 @@ func (x *ReleaseFileRequest) String() string {
 func (*ReleaseFileRequest) ProtoMessage() {}
 
 func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1158,7 @@ func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseFileRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseFileRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_transport_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseFileRequest) GetFdToken() uint64 {
@@ -991,7 +1176,7 @@ type ReleaseFileResponse struct {
 
 func (x *ReleaseFileResponse) Reset() {
 	*x = ReleaseFileResponse{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1188,7 @@ func (x *ReleaseFileResponse) String() string {
 func (*ReleaseFileResponse) ProtoMessage() {}
 
 func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1201,7 @@ func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseFileResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseFileResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_transport_proto_rawDescGZIP(), []int{21}
 }
 
 type OpenRingRequest struct {
@@ -1038,7 +1223,7 @@ type OpenRingRequest struct {
 
 func (x *OpenRingRequest) Reset() {
 	*x = OpenRingRequest{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1235,7 @@ func (x *OpenRingRequest) String() string {
 func (*OpenRingRequest) ProtoMessage() {}
 
 func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1248,7 @@ func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRingRequest.ProtoReflect.Descriptor instead.
 func (*OpenRingRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenRingRequest) GetFdToken() uint64 {
@@ -1123,7 +1308,7 @@ type OpenRingResponse struct {
 
 func (x *OpenRingResponse) Reset() {
 	*x = OpenRingResponse{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1320,7 @@ func (x *OpenRingResponse) String() string {
 func (*OpenRingResponse) ProtoMessage() {}
 
 func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1333,7 @@ func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRingResponse.ProtoReflect.Descriptor instead.
 func (*OpenRingResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{23}
 }
 
 type CloseRequest struct {
@@ -1159,7 +1344,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1356,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1369,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{20}
+	return file_transport_proto_rawDescGZIP(), []int{24}
 }
 
 type CloseResponse struct {
@@ -1195,7 +1380,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1392,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1405,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{21}
+	return file_transport_proto_rawDescGZIP(), []int{25}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -1239,7 +1424,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1436,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1449,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{22}
+	return file_transport_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1314,7 +1499,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1511,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1524,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{23}
+	return file_transport_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1406,7 +1591,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1603,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1616,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{24}
+	return file_transport_proto_rawDescGZIP(), []int{28}
 }
 
 // ServedCount is the requests served with one op kind and result.
@@ -1449,7 +1634,7 @@ type ServedCount struct {
 
 func (x *ServedCount) Reset() {
 	*x = ServedCount{}
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1646,7 @@ func (x *ServedCount) String() string {
 func (*ServedCount) ProtoMessage() {}
 
 func (x *ServedCount) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1659,7 @@ func (x *ServedCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServedCount.ProtoReflect.Descriptor instead.
 func (*ServedCount) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{25}
+	return file_transport_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ServedCount) GetOp() uint32 {
@@ -1517,7 +1702,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1714,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1727,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{26}
+	return file_transport_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RefusalCount) GetReason() string {
@@ -1570,7 +1755,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1767,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1780,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{27}
+	return file_transport_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatsResponse) GetServed() []*ServedCount {
@@ -1643,7 +1828,7 @@ const file_transport_proto_rawDesc = "" +
 	"\fauth_secrets\x18\a \x03(\fR\vauthSecrets\"D\n" +
 	"\fInitResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\fR\bendpoint\x12\x18\n" +
-	"\asummary\x18\x02 \x01(\tR\asummary\"\xa8\x01\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\"\xc9\x01\n" +
 	"\x15RegisterRegionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\x04R\x04addr\x12\x12\n" +
@@ -1651,7 +1836,16 @@ const file_transport_proto_rawDesc = "" +
 	"\vfile_offset\x18\x04 \x01(\x04R\n" +
 	"fileOffset\x12\x19\n" +
 	"\bfd_token\x18\x05 \x01(\x04R\afdToken\x12\x1b\n" +
-	"\tview_size\x18\x06 \x01(\x04R\bviewSize\"*\n" +
+	"\tview_size\x18\x06 \x01(\x04R\bviewSize\x12\x1f\n" +
+	"\vview_offset\x18\a \x01(\x04R\n" +
+	"viewOffset\"_\n" +
+	"\x16RegisterRegionsRequest\x12E\n" +
+	"\aregions\x18\x01 \x03(\v2+.kvconnect.plugins.v1.RegisterRegionRequestR\aregions\"-\n" +
+	"\x17RegisterRegionsResponse\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\",\n" +
+	"\x18DeregisterRegionsRequest\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x04R\x03ids\"\x1b\n" +
+	"\x19DeregisterRegionsResponse\"*\n" +
 	"\x16RegisterRegionResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\")\n" +
 	"\x17DeregisterRegionRequest\x12\x0e\n" +
@@ -1728,12 +1922,14 @@ const file_transport_proto_rawDesc = "" +
 	"\rStatsResponse\x129\n" +
 	"\x06served\x18\x01 \x03(\v2!.kvconnect.plugins.v1.ServedCountR\x06served\x12>\n" +
 	"\brefusals\x18\x02 \x03(\v2\".kvconnect.plugins.v1.RefusalCountR\brefusals\x121\n" +
-	"\x14mooncake_connections\x18\x03 \x01(\x04R\x13mooncakeConnections2\x80\b\n" +
+	"\x14mooncake_connections\x18\x03 \x01(\x04R\x13mooncakeConnections2\xe6\t\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
 	"\x0eRegisterRegion\x12+.kvconnect.plugins.v1.RegisterRegionRequest\x1a,.kvconnect.plugins.v1.RegisterRegionResponse\x12q\n" +
-	"\x10DeregisterRegion\x12-.kvconnect.plugins.v1.DeregisterRegionRequest\x1a..kvconnect.plugins.v1.DeregisterRegionResponse\x12V\n" +
+	"\x10DeregisterRegion\x12-.kvconnect.plugins.v1.DeregisterRegionRequest\x1a..kvconnect.plugins.v1.DeregisterRegionResponse\x12n\n" +
+	"\x0fRegisterRegions\x12,.kvconnect.plugins.v1.RegisterRegionsRequest\x1a-.kvconnect.plugins.v1.RegisterRegionsResponse\x12t\n" +
+	"\x11DeregisterRegions\x12..kvconnect.plugins.v1.DeregisterRegionsRequest\x1a/.kvconnect.plugins.v1.DeregisterRegionsResponse\x12V\n" +
 	"\aConnect\x12$.kvconnect.plugins.v1.ConnectRequest\x1a%.kvconnect.plugins.v1.ConnectResponse\x12_\n" +
 	"\n" +
 	"Disconnect\x12'.kvconnect.plugins.v1.DisconnectRequest\x1a(.kvconnect.plugins.v1.DisconnectResponse\x12Y\n" +
@@ -1755,71 +1951,80 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_transport_proto_goTypes = []any{
-	(*InfoRequest)(nil),              // 0: kvconnect.plugins.v1.InfoRequest
-	(*InfoResponse)(nil),             // 1: kvconnect.plugins.v1.InfoResponse
-	(*InitRequest)(nil),              // 2: kvconnect.plugins.v1.InitRequest
-	(*InitResponse)(nil),             // 3: kvconnect.plugins.v1.InitResponse
-	(*RegisterRegionRequest)(nil),    // 4: kvconnect.plugins.v1.RegisterRegionRequest
-	(*RegisterRegionResponse)(nil),   // 5: kvconnect.plugins.v1.RegisterRegionResponse
-	(*DeregisterRegionRequest)(nil),  // 6: kvconnect.plugins.v1.DeregisterRegionRequest
-	(*DeregisterRegionResponse)(nil), // 7: kvconnect.plugins.v1.DeregisterRegionResponse
-	(*RemoteRegion)(nil),             // 8: kvconnect.plugins.v1.RemoteRegion
-	(*ConnectRequest)(nil),           // 9: kvconnect.plugins.v1.ConnectRequest
-	(*ConnectResponse)(nil),          // 10: kvconnect.plugins.v1.ConnectResponse
-	(*DisconnectRequest)(nil),        // 11: kvconnect.plugins.v1.DisconnectRequest
-	(*DisconnectResponse)(nil),       // 12: kvconnect.plugins.v1.DisconnectResponse
-	(*TransferRequest)(nil),          // 13: kvconnect.plugins.v1.TransferRequest
-	(*OpError)(nil),                  // 14: kvconnect.plugins.v1.OpError
-	(*TransferResponse)(nil),         // 15: kvconnect.plugins.v1.TransferResponse
-	(*ReleaseFileRequest)(nil),       // 16: kvconnect.plugins.v1.ReleaseFileRequest
-	(*ReleaseFileResponse)(nil),      // 17: kvconnect.plugins.v1.ReleaseFileResponse
-	(*OpenRingRequest)(nil),          // 18: kvconnect.plugins.v1.OpenRingRequest
-	(*OpenRingResponse)(nil),         // 19: kvconnect.plugins.v1.OpenRingResponse
-	(*CloseRequest)(nil),             // 20: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),            // 21: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),              // 22: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),              // 23: kvconnect.plugins.v1.InitFailure
-	(*StatsRequest)(nil),             // 24: kvconnect.plugins.v1.StatsRequest
-	(*ServedCount)(nil),              // 25: kvconnect.plugins.v1.ServedCount
-	(*RefusalCount)(nil),             // 26: kvconnect.plugins.v1.RefusalCount
-	(*StatsResponse)(nil),            // 27: kvconnect.plugins.v1.StatsResponse
+	(*InfoRequest)(nil),               // 0: kvconnect.plugins.v1.InfoRequest
+	(*InfoResponse)(nil),              // 1: kvconnect.plugins.v1.InfoResponse
+	(*InitRequest)(nil),               // 2: kvconnect.plugins.v1.InitRequest
+	(*InitResponse)(nil),              // 3: kvconnect.plugins.v1.InitResponse
+	(*RegisterRegionRequest)(nil),     // 4: kvconnect.plugins.v1.RegisterRegionRequest
+	(*RegisterRegionsRequest)(nil),    // 5: kvconnect.plugins.v1.RegisterRegionsRequest
+	(*RegisterRegionsResponse)(nil),   // 6: kvconnect.plugins.v1.RegisterRegionsResponse
+	(*DeregisterRegionsRequest)(nil),  // 7: kvconnect.plugins.v1.DeregisterRegionsRequest
+	(*DeregisterRegionsResponse)(nil), // 8: kvconnect.plugins.v1.DeregisterRegionsResponse
+	(*RegisterRegionResponse)(nil),    // 9: kvconnect.plugins.v1.RegisterRegionResponse
+	(*DeregisterRegionRequest)(nil),   // 10: kvconnect.plugins.v1.DeregisterRegionRequest
+	(*DeregisterRegionResponse)(nil),  // 11: kvconnect.plugins.v1.DeregisterRegionResponse
+	(*RemoteRegion)(nil),              // 12: kvconnect.plugins.v1.RemoteRegion
+	(*ConnectRequest)(nil),            // 13: kvconnect.plugins.v1.ConnectRequest
+	(*ConnectResponse)(nil),           // 14: kvconnect.plugins.v1.ConnectResponse
+	(*DisconnectRequest)(nil),         // 15: kvconnect.plugins.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),        // 16: kvconnect.plugins.v1.DisconnectResponse
+	(*TransferRequest)(nil),           // 17: kvconnect.plugins.v1.TransferRequest
+	(*OpError)(nil),                   // 18: kvconnect.plugins.v1.OpError
+	(*TransferResponse)(nil),          // 19: kvconnect.plugins.v1.TransferResponse
+	(*ReleaseFileRequest)(nil),        // 20: kvconnect.plugins.v1.ReleaseFileRequest
+	(*ReleaseFileResponse)(nil),       // 21: kvconnect.plugins.v1.ReleaseFileResponse
+	(*OpenRingRequest)(nil),           // 22: kvconnect.plugins.v1.OpenRingRequest
+	(*OpenRingResponse)(nil),          // 23: kvconnect.plugins.v1.OpenRingResponse
+	(*CloseRequest)(nil),              // 24: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),             // 25: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),               // 26: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),               // 27: kvconnect.plugins.v1.InitFailure
+	(*StatsRequest)(nil),              // 28: kvconnect.plugins.v1.StatsRequest
+	(*ServedCount)(nil),               // 29: kvconnect.plugins.v1.ServedCount
+	(*RefusalCount)(nil),              // 30: kvconnect.plugins.v1.RefusalCount
+	(*StatsResponse)(nil),             // 31: kvconnect.plugins.v1.StatsResponse
 }
 var file_transport_proto_depIdxs = []int32{
-	8,  // 0: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
-	14, // 1: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
-	22, // 2: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	23, // 3: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
-	25, // 4: kvconnect.plugins.v1.StatsResponse.served:type_name -> kvconnect.plugins.v1.ServedCount
-	26, // 5: kvconnect.plugins.v1.StatsResponse.refusals:type_name -> kvconnect.plugins.v1.RefusalCount
-	0,  // 6: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
-	2,  // 7: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
-	4,  // 8: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
-	6,  // 9: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
-	9,  // 10: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
-	11, // 11: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
-	13, // 12: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	20, // 13: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	16, // 14: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
-	18, // 15: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
-	24, // 16: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
-	1,  // 17: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 18: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	5,  // 19: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	7,  // 20: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	10, // 21: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	12, // 22: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	15, // 23: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	21, // 24: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	17, // 25: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
-	19, // 26: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
-	27, // 27: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
-	17, // [17:28] is the sub-list for method output_type
-	6,  // [6:17] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	4,  // 0: kvconnect.plugins.v1.RegisterRegionsRequest.regions:type_name -> kvconnect.plugins.v1.RegisterRegionRequest
+	12, // 1: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
+	18, // 2: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
+	26, // 3: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	27, // 4: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	29, // 5: kvconnect.plugins.v1.StatsResponse.served:type_name -> kvconnect.plugins.v1.ServedCount
+	30, // 6: kvconnect.plugins.v1.StatsResponse.refusals:type_name -> kvconnect.plugins.v1.RefusalCount
+	0,  // 7: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
+	2,  // 8: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
+	4,  // 9: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
+	10, // 10: kvconnect.plugins.v1.Transport.DeregisterRegion:input_type -> kvconnect.plugins.v1.DeregisterRegionRequest
+	5,  // 11: kvconnect.plugins.v1.Transport.RegisterRegions:input_type -> kvconnect.plugins.v1.RegisterRegionsRequest
+	7,  // 12: kvconnect.plugins.v1.Transport.DeregisterRegions:input_type -> kvconnect.plugins.v1.DeregisterRegionsRequest
+	13, // 13: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
+	15, // 14: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
+	17, // 15: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
+	24, // 16: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	20, // 17: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
+	22, // 18: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
+	28, // 19: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
+	1,  // 20: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 21: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	9,  // 22: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	11, // 23: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	6,  // 24: kvconnect.plugins.v1.Transport.RegisterRegions:output_type -> kvconnect.plugins.v1.RegisterRegionsResponse
+	8,  // 25: kvconnect.plugins.v1.Transport.DeregisterRegions:output_type -> kvconnect.plugins.v1.DeregisterRegionsResponse
+	14, // 26: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	16, // 27: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	19, // 28: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	25, // 29: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	21, // 30: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	23, // 31: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	31, // 32: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
+	20, // [20:33] is the sub-list for method output_type
+	7,  // [7:20] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1833,7 +2038,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

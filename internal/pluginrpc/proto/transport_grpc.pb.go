@@ -23,17 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Transport_Info_FullMethodName             = "/kvconnect.plugins.v1.Transport/Info"
-	Transport_Init_FullMethodName             = "/kvconnect.plugins.v1.Transport/Init"
-	Transport_RegisterRegion_FullMethodName   = "/kvconnect.plugins.v1.Transport/RegisterRegion"
-	Transport_DeregisterRegion_FullMethodName = "/kvconnect.plugins.v1.Transport/DeregisterRegion"
-	Transport_Connect_FullMethodName          = "/kvconnect.plugins.v1.Transport/Connect"
-	Transport_Disconnect_FullMethodName       = "/kvconnect.plugins.v1.Transport/Disconnect"
-	Transport_Transfer_FullMethodName         = "/kvconnect.plugins.v1.Transport/Transfer"
-	Transport_Close_FullMethodName            = "/kvconnect.plugins.v1.Transport/Close"
-	Transport_ReleaseFile_FullMethodName      = "/kvconnect.plugins.v1.Transport/ReleaseFile"
-	Transport_OpenRing_FullMethodName         = "/kvconnect.plugins.v1.Transport/OpenRing"
-	Transport_Stats_FullMethodName            = "/kvconnect.plugins.v1.Transport/Stats"
+	Transport_Info_FullMethodName              = "/kvconnect.plugins.v1.Transport/Info"
+	Transport_Init_FullMethodName              = "/kvconnect.plugins.v1.Transport/Init"
+	Transport_RegisterRegion_FullMethodName    = "/kvconnect.plugins.v1.Transport/RegisterRegion"
+	Transport_DeregisterRegion_FullMethodName  = "/kvconnect.plugins.v1.Transport/DeregisterRegion"
+	Transport_RegisterRegions_FullMethodName   = "/kvconnect.plugins.v1.Transport/RegisterRegions"
+	Transport_DeregisterRegions_FullMethodName = "/kvconnect.plugins.v1.Transport/DeregisterRegions"
+	Transport_Connect_FullMethodName           = "/kvconnect.plugins.v1.Transport/Connect"
+	Transport_Disconnect_FullMethodName        = "/kvconnect.plugins.v1.Transport/Disconnect"
+	Transport_Transfer_FullMethodName          = "/kvconnect.plugins.v1.Transport/Transfer"
+	Transport_Close_FullMethodName             = "/kvconnect.plugins.v1.Transport/Close"
+	Transport_ReleaseFile_FullMethodName       = "/kvconnect.plugins.v1.Transport/ReleaseFile"
+	Transport_OpenRing_FullMethodName          = "/kvconnect.plugins.v1.Transport/OpenRing"
+	Transport_Stats_FullMethodName             = "/kvconnect.plugins.v1.Transport/Stats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -44,6 +46,12 @@ type TransportClient interface {
 	Init(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (*InitResponse, error)
 	RegisterRegion(ctx context.Context, in *RegisterRegionRequest, opts ...grpc.CallOption) (*RegisterRegionResponse, error)
 	DeregisterRegion(ctx context.Context, in *DeregisterRegionRequest, opts ...grpc.CallOption) (*DeregisterRegionResponse, error)
+	// RegisterRegions registers many regions in one call (features bit 3):
+	// all of them, or none (a failure deregisters the ones done).
+	RegisterRegions(ctx context.Context, in *RegisterRegionsRequest, opts ...grpc.CallOption) (*RegisterRegionsResponse, error)
+	// DeregisterRegions deregisters many regions in one call (features bit
+	// 3); every region is tried, the first failure is returned.
+	DeregisterRegions(ctx context.Context, in *DeregisterRegionsRequest, opts ...grpc.CallOption) (*DeregisterRegionsResponse, error)
 	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
 	Disconnect(ctx context.Context, in *DisconnectRequest, opts ...grpc.CallOption) (*DisconnectResponse, error)
 	// Transfer runs a batch of ops and answers when every op has completed.
@@ -106,6 +114,26 @@ func (c *transportClient) DeregisterRegion(ctx context.Context, in *DeregisterRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeregisterRegionResponse)
 	err := c.cc.Invoke(ctx, Transport_DeregisterRegion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transportClient) RegisterRegions(ctx context.Context, in *RegisterRegionsRequest, opts ...grpc.CallOption) (*RegisterRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterRegionsResponse)
+	err := c.cc.Invoke(ctx, Transport_RegisterRegions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transportClient) DeregisterRegions(ctx context.Context, in *DeregisterRegionsRequest, opts ...grpc.CallOption) (*DeregisterRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeregisterRegionsResponse)
+	err := c.cc.Invoke(ctx, Transport_DeregisterRegions_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +218,12 @@ type TransportServer interface {
 	Init(context.Context, *InitRequest) (*InitResponse, error)
 	RegisterRegion(context.Context, *RegisterRegionRequest) (*RegisterRegionResponse, error)
 	DeregisterRegion(context.Context, *DeregisterRegionRequest) (*DeregisterRegionResponse, error)
+	// RegisterRegions registers many regions in one call (features bit 3):
+	// all of them, or none (a failure deregisters the ones done).
+	RegisterRegions(context.Context, *RegisterRegionsRequest) (*RegisterRegionsResponse, error)
+	// DeregisterRegions deregisters many regions in one call (features bit
+	// 3); every region is tried, the first failure is returned.
+	DeregisterRegions(context.Context, *DeregisterRegionsRequest) (*DeregisterRegionsResponse, error)
 	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
 	Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error)
 	// Transfer runs a batch of ops and answers when every op has completed.
@@ -229,6 +263,12 @@ func (UnimplementedTransportServer) RegisterRegion(context.Context, *RegisterReg
 }
 func (UnimplementedTransportServer) DeregisterRegion(context.Context, *DeregisterRegionRequest) (*DeregisterRegionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeregisterRegion not implemented")
+}
+func (UnimplementedTransportServer) RegisterRegions(context.Context, *RegisterRegionsRequest) (*RegisterRegionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterRegions not implemented")
+}
+func (UnimplementedTransportServer) DeregisterRegions(context.Context, *DeregisterRegionsRequest) (*DeregisterRegionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeregisterRegions not implemented")
 }
 func (UnimplementedTransportServer) Connect(context.Context, *ConnectRequest) (*ConnectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Connect not implemented")
@@ -340,6 +380,42 @@ func _Transport_DeregisterRegion_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TransportServer).DeregisterRegion(ctx, req.(*DeregisterRegionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Transport_RegisterRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).RegisterRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_RegisterRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).RegisterRegions(ctx, req.(*RegisterRegionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Transport_DeregisterRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeregisterRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).DeregisterRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_DeregisterRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).DeregisterRegions(ctx, req.(*DeregisterRegionsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -492,6 +568,14 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeregisterRegion",
 			Handler:    _Transport_DeregisterRegion_Handler,
+		},
+		{
+			MethodName: "RegisterRegions",
+			Handler:    _Transport_RegisterRegions_Handler,
+		},
+		{
+			MethodName: "DeregisterRegions",
+			Handler:    _Transport_DeregisterRegions_Handler,
 		},
 		{
 			MethodName: "Connect",
