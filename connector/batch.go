@@ -226,21 +226,58 @@ func (c *Connector) TransferSyncRead(ctx context.Context, session string, localA
 // BatchTransferSync runs one op per (local, remote, length) triple, all
 // of kind, as Mooncake's batch_transfer_sync_write/read do.
 func (c *Connector) BatchTransferSync(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) error {
-	if len(localAddrs) != len(remoteAddrs) || len(localAddrs) != len(lengths) {
-		return fmt.Errorf("connector: %d local addresses, %d remote addresses and %d lengths: the lists must be the same length: %w",
-			len(localAddrs), len(remoteAddrs), len(lengths), ErrInvalidArgument)
-	}
-	p, err := c.Open(ctx, session)
+	b, err := c.SubmitAddrs(ctx, kind, session, localAddrs, remoteAddrs, lengths)
 	if err != nil {
 		return err
 	}
+	return b.Wait(context.WithoutCancel(ctx))
+}
+
+// SubmitAddrs starts a batch of one op per (local, remote, length)
+// triple, all of kind, by absolute addresses as Mooncake's
+// batch_transfer_async_write/read take them, and returns at once (the
+// peer is opened, and cached, first). Local addresses must lie in
+// registered regions; remote ones are the peer's addresses. The batch is
+// bounded by ctx, or by transfer_timeout when ctx has no deadline.
+func (c *Connector) SubmitAddrs(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) (*Batch, error) {
+	if len(localAddrs) != len(remoteAddrs) || len(localAddrs) != len(lengths) {
+		return nil, fmt.Errorf("connector: %d local addresses, %d remote addresses and %d lengths: the lists must be the same length: %w",
+			len(localAddrs), len(remoteAddrs), len(lengths), ErrInvalidArgument)
+	}
+	if kind != OpRead && kind != OpWrite {
+		return nil, fmt.Errorf("connector: op kind %d: must be OpRead (0) or OpWrite (1): %w", kind, ErrInvalidArgument)
+	}
 	ops := make([]Op, len(localAddrs))
 	for i := range ops {
+		if lengths[i] == 0 {
+			return nil, fmt.Errorf("connector: op %d: length 0: %w", i, ErrInvalidArgument)
+		}
 		r, err := c.regionAt(localAddrs[i], lengths[i])
 		if err != nil {
-			return fmt.Errorf("connector: op %d: %w", i, err)
+			return nil, fmt.Errorf("connector: op %d: %w", i, err)
 		}
 		ops[i] = Op{Kind: kind, LocalRegion: r.id, LocalOffset: localAddrs[i] - r.addr, RemoteOffset: remoteAddrs[i], Length: lengths[i]}
 	}
-	return c.Transfer(ctx, p, ops...)
+	p, err := c.Open(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return c.Submit(ctx, p, ops)
+}
+
+// Probe asks a peer's node whether it is alive (Mooncake's send_probe,
+// over the handshake port): nil when it answers within ctx.
+func (c *Connector) Probe(ctx context.Context, session string) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if err := c.validSession(session); err != nil {
+		return err
+	}
+	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
+	defer cancel()
+	if _, err := c.request(ctx, session, frameProbe, marshal(requestBody{KVConnect: c.mark()})); err != nil {
+		return fmt.Errorf("connector: probe %s: %w", session, err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -53,6 +54,7 @@ type Connector struct {
 	attempts   []Attempt
 	rpc        *rpcServer
 	session    string // this node's session id, host:port of the RPC port
+	rpcPort    int    // the port the RPC listener bound
 	// hostnameNote says how the hostname was chosen when it was not set.
 	hostnameNote string
 	hostID       string
@@ -164,14 +166,57 @@ func (c *Connector) primary() *activeTransport { return c.active()[0] }
 
 // listenRPC binds the RPC (handshake) port and sets the session id.
 func (c *Connector) listenRPC() (net.Listener, error) {
-	addr := net.JoinHostPort(c.cfg.BindAddress, strconv.Itoa(c.cfg.RPCPort))
-	ln, err := net.Listen("tcp", addr)
+	if c.opts.segment != "" && c.cfg.Metadata == MetadataP2P {
+		return nil, fmt.Errorf("connector: segment name %q: a segment name of its own needs a metadata service (metadata is %s, where the segment name is host:port): %w", c.opts.segment, MetadataP2P, ErrInvalidArgument)
+	}
+	var ln net.Listener
+	var err error
+	if c.cfg.RPCPort == 0 && (c.opts.portMin != 0 || c.opts.portMax != 0) {
+		ln, err = c.listenInRange()
+	} else {
+		addr := net.JoinHostPort(c.cfg.BindAddress, strconv.Itoa(c.cfg.RPCPort))
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			err = listenError("the RPC (handshake) port", "rpc_port", addr, err)
+		}
+	}
 	if err != nil {
-		return nil, listenError("the RPC (handshake) port", "rpc_port", addr, err)
+		return nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	c.rpcPort = port
 	c.session = net.JoinHostPort(c.cfg.Hostname, strconv.Itoa(port))
+	if c.opts.segment != "" {
+		c.session = c.opts.segment
+	}
 	return ln, nil
+}
+
+// listenInRange binds a random free port of WithRPCPortRange's range:
+// random ports first (as Mooncake does), then every port in order, so a
+// nearly full range still finds its free port.
+func (c *Connector) listenInRange() (net.Listener, error) {
+	lo, hi := c.opts.portMin, c.opts.portMax
+	if lo < 1 || hi > 65535 || lo > hi {
+		return nil, fmt.Errorf("connector: RPC port range %d-%d: must be within 1-65535, low end first (MC_MIN_RPC_PORT, MC_MAX_RPC_PORT): %w", lo, hi, ErrInvalidArgument)
+	}
+	try := func(port int) (net.Listener, error) {
+		return net.Listen("tcp", net.JoinHostPort(c.cfg.BindAddress, strconv.Itoa(port)))
+	}
+	n := hi - lo + 1
+	for i := 0; i < min(n, 32); i++ {
+		if ln, err := try(lo + rand.IntN(n)); err == nil {
+			return ln, nil
+		}
+	}
+	var last error
+	for port := lo; port <= hi; port++ {
+		ln, err := try(port)
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("connector: no free RPC (handshake) port in %d-%d on %q (widen MC_MIN_RPC_PORT/MC_MAX_RPC_PORT or set rpc_port): %v: %w", lo, hi, c.cfg.BindAddress, last, ErrUnavailable)
 }
 
 // serveRPC answers handshakes on ln.

@@ -18,6 +18,9 @@ type options struct {
 	launchHook func(*host.LaunchConfig)
 	keepTCP    bool
 	metrics    prometheus.Registerer // WithMetrics
+	portMin    int                   // WithRPCPortRange
+	portMax    int
+	segment    string // WithSegmentName
 }
 
 func newOptions(opts []Option) options {
@@ -59,3 +62,19 @@ func WithLaunchHook(h func(*host.LaunchConfig)) Option {
 // Default true, except in strict mode (fallback: []), which never runs tcp
 // unless tcp is the protocol.
 func WithKeepTCP(keep bool) Option { return func(o *options) { o.keepTCP = keep } }
+
+// WithRPCPortRange makes a node whose rpc_port is 0 bind a random free
+// port in [min, max] rather than any free port, as Mooncake picks its RPC
+// port in P2P mode (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, 15000-17000). New
+// fails with ErrInvalidArgument for an empty or impossible range, and
+// names the range when no port in it is free.
+func WithRPCPortRange(min, max int) Option {
+	return func(o *options) { o.portMin, o.portMax = min, max }
+}
+
+// WithSegmentName names the node's segment in the metadata service
+// (Mooncake's local_server_name, which may be a bare host) instead of
+// host:port of its RPC port; peers find its RPC port there. It needs a
+// metadata service: in P2P mode the segment name is host:port, and New
+// fails with ErrInvalidArgument.
+func WithSegmentName(name string) Option { return func(o *options) { o.segment = name } }

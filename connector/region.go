@@ -49,6 +49,12 @@ func (r *Region) Addr() uint64 { return r.addr }
 // Len is the region's size in bytes.
 func (r *Region) Len() int { return len(r.mem) }
 
+// Backing is the shared-memory file that backs the region's memory and
+// the offset of its first byte in it (for bindings that must remap the
+// memory in a forked child). The file belongs to the node: do not close
+// it, and do not use it after Free.
+func (r *Region) Backing() (f *os.File, offset uint64) { return r.file, r.fileOffset }
+
 // MaxRegionSize bounds one region.
 const MaxRegionSize = shm.MaxSize
 

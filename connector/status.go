@@ -30,6 +30,7 @@ type TransportStatus struct {
 // Status describes a running connector.
 type Status struct {
 	Session   string `json:"session"`   // this node's session id, host:port
+	RPCPort   int    `json:"rpc_port"`  // the port its handshakes are served on
 	Transport string `json:"transport"` // the preferred active transport
 	Summary   string `json:"summary"`
 	Mode      string `json:"mode"` // of the preferred transport
@@ -65,7 +66,7 @@ func (c *Connector) Status() Status {
 	defer c.mu.Unlock()
 	p := c.transports[0]
 	s := Status{
-		Session: c.session, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
+		Session: c.session, RPCPort: c.rpcPort, Transport: p.name, Summary: p.res.Summary, Mode: p.mode(),
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
 		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
 		Notes: append([]string(nil), c.cfg.Notes...), Auth: c.auth.String(), MetricsAddress: c.metricsAddress(),
