@@ -10,12 +10,18 @@ package main
 #include <stdint.h>
 #include <stdlib.h>
 #include "shim.h"
+
+extern char **environ;
+
+static char *environ_at(size_t i) { return environ ? environ[i] : NULL; }
 */
 import "C"
 
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/kvconnect/kvconnect/connector"
@@ -395,12 +401,51 @@ func kvcgo_batch_free(h C.uint64_t, id C.uint64_t) C.int {
 	return 0
 }
 
-//export kvcgo_local_topology
-func kvcgo_local_topology(dev *C.char) *C.char {
-	js, err := topology(goString(dev))
+//export kvcgo_engine_topology
+func kvcgo_engine_topology(h C.uint64_t, dev *C.char) *C.char {
+	e, err := lookup(uint64(h))
+	if err != nil {
+		setError(err)
+		return nil
+	}
+	e.mu.Lock()
+	defaults := e.defaults
+	e.mu.Unlock()
+	js, err := topology(defaults, goString(dev))
 	if err != nil {
 		setError(err)
 		return nil
 	}
 	return cString(js)
+}
+
+// kvcgo_sync_environ makes Go's copy of the environment (read when the
+// library loaded) equal to the process's environment now: variables a
+// program set or removed since then apply to what starts next.
+//
+//export kvcgo_sync_environ
+func kvcgo_sync_environ() C.int {
+	now := map[string]string{}
+	for i := C.size_t(0); ; i++ {
+		p := C.environ_at(i)
+		if p == nil {
+			break
+		}
+		if k, v, ok := strings.Cut(C.GoString(p), "="); ok && k != "" {
+			now[k] = v
+		}
+	}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "" {
+			if _, ok := now[k]; !ok {
+				os.Unsetenv(k)
+			}
+		}
+	}
+	for k, v := range now {
+		if cur, ok := os.LookupEnv(k); !ok || cur != v {
+			os.Setenv(k, v)
+		}
+	}
+	return 0
 }

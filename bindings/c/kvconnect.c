@@ -141,12 +141,14 @@ int kvc_engine_set_defaults(kvc_engine e, const char *json) {
 int kvc_engine_initialize(kvc_engine e, const char *local_hostname, const char *metadata, const char *protocol,
                           const char *device_name) {
 	CHECK_FORK(KVC_ERR_FORKED);
+	kvcgo_sync_environ();
 	return kvcgo_engine_initialize(e, (char *)local_hostname, (char *)metadata, (char *)protocol, (char *)device_name);
 }
 
 int kvc_engine_initialize_ext(kvc_engine e, const char *local_hostname, const char *metadata, const char *protocol,
                               const char *device_name, const char *metadata_type) {
 	CHECK_FORK(KVC_ERR_FORKED);
+	kvcgo_sync_environ();
 	return kvcgo_engine_initialize_ext(e, (char *)local_hostname, (char *)metadata, (char *)protocol,
 	                                   (char *)device_name, (char *)metadata_type);
 }
@@ -261,7 +263,12 @@ int kvc_batch_free(kvc_engine e, kvc_batch b) {
 	return kvcgo_batch_free(e, b);
 }
 
-char *kvc_local_topology(const char *device_name) {
+char *kvc_engine_topology(kvc_engine e, const char *device_name) {
 	CHECK_FORK(NULL);
-	return kvcgo_local_topology((char *)device_name);
+	return kvcgo_engine_topology(e, (char *)device_name);
+}
+
+int kvc_sync_environ(void) {
+	CHECK_FORK(KVC_ERR_FORKED);
+	return kvcgo_sync_environ();
 }

@@ -16,8 +16,11 @@ import (
 // topology probes every transport of the catalog with the configuration
 // the environment gives (device_name overridden when set), as `kvconnect
 // doctor --json` does: what would start here, and why not the rest.
-func topology(deviceName string) (string, error) {
-	base := config.Config{DeviceName: deviceName}
+func topology(defaults config.Config, deviceName string) (string, error) {
+	base := defaults
+	if deviceName != "" {
+		base.DeviceName = deviceName
+	}
 	loaded, err := config.Load(config.Options{Base: &base})
 	if err != nil {
 		return "", codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: local topology: %w", err))

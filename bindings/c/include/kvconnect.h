@@ -214,10 +214,17 @@ int kvc_batch_free(kvc_engine e, kvc_batch b);
 /* ---- Host ------------------------------------------------------------- */
 
 /* What the transports see on this host, as JSON: for each transport of the
- * catalog, whether it would start here and, if not, its diagnosis (what
- * `kvconnect doctor --json` prints). device_name may be NULL. Free with
- * kvc_free. */
-char *kvc_local_topology(const char *device_name);
+ * catalog, whether it would start here with the engine's settings (its
+ * defaults, the config file, the environment) and, if not, its diagnosis
+ * (what `kvconnect doctor --json` prints). device_name may be NULL. Works
+ * before kvc_engine_initialize. Free with kvc_free. */
+char *kvc_engine_topology(kvc_engine e, const char *device_name);
+
+/* Re-reads the process environment. The library reads it when it loads;
+ * kvc_engine_initialize re-reads it too, so variables set (setenv) before
+ * initialize apply. Call this after changing the environment while other
+ * threads may be inside the library, from the thread that changed it. */
+int kvc_sync_environ(void);
 
 #ifdef __cplusplus
 }

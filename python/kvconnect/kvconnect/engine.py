@@ -1,0 +1,553 @@
+"""kvconnect.TransferEngine: Mooncake's Python TransferEngine, on kvconnect.
+
+Every method of ``mooncake.engine.TransferEngine`` (Mooncake's
+``transfer_engine_py``), with the same names, argument order, defaults and
+return conventions: nothing raises by design, ints come back (0 or a
+negative code), async submits return a batch id or 0, addresses are 0 on
+failure. What kvconnect adds: ``initialize`` falls back along a documented
+chain when the transport asked for cannot start here and logs exactly why
+(logger ``kvconnect``), and ``last_error()`` says what the last failing call
+met. See docs/PYTHON.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import enum
+import json
+import logging
+import threading
+from typing import List, Optional, Sequence
+
+from . import _lib
+
+log = logging.getLogger("kvconnect")
+
+# Mooncake's wildcard memory location (kWildcardLocation).
+WILDCARD_LOCATION = "*"
+
+# How long one wait inside a blocking call lasts before Python gets to
+# check for signals (Ctrl-C) again.
+_WAIT_SLICE_MS = 200
+
+# Return codes (kvconnect.h).
+OK = 0
+ERR_INVALID_ARGUMENT = -1
+ERR_ADDRESS_NOT_REGISTERED = -3
+ERR_ADDRESS_OVERLAPPED = -7
+ERR_METADATA = -200
+ERR_FORKED = -1005
+_BATCH_DONE, _BATCH_PENDING, _BATCH_FAILED, _BATCH_TIMEDOUT = 1, 0, -1, -2
+
+
+class TransferOpcode(enum.IntEnum):
+    """Mooncake's TransferOpcode: Read = 0, Write = 1."""
+
+    Read = 0
+    Write = 1
+
+
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
+
+
+class TransferNotify:
+    """A notification: Mooncake's TransferNotify(name, msg)."""
+
+    def __init__(self, name: str = "", msg: str = "") -> None:
+        self.name = name
+        self.msg = msg
+
+    def __repr__(self) -> str:
+        return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+
+
+class EngineRef:
+    """What get_engine returns: an opaque reference to the kvconnect engine.
+
+    Mooncake's get_engine hands its C++ TransferEngine to other Mooncake
+    components (the Mooncake Store); those cannot use kvconnect's engine.
+    ``handle`` is the engine's handle in libkvconnect's C API (kvconnect.h).
+    """
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"<kvconnect engine {self.handle} (not a Mooncake C++ TransferEngine)>"
+
+
+def _b(s: Optional[str]) -> bytes:
+    if s is None:
+        return b""
+    if isinstance(s, bytes):
+        return s
+    return str(s).encode("utf-8")
+
+
+def _describe(diag: dict) -> str:
+    """One attempt's diagnosis in a sentence."""
+    if not diag:
+        return "no diagnosis"
+    parts = [f"step {diag.get('step', '?')!r}"]
+    if diag.get("native_name") or diag.get("native_code"):
+        parts.append(f"native {diag.get('native_name') or ''} {diag.get('native_code') or ''}".rstrip())
+    parts.append(diag.get("cause") or diag.get("message") or "")
+    text = ": ".join(p for p in parts if p)
+    hints = diag.get("hints") or []
+    if hints:
+        text += ". Hints: " + "; ".join(hints)
+    return text
+
+
+def _attempts_text(attempts: list) -> str:
+    lines = []
+    for a in attempts or []:
+        state = "started" if a.get("ok") else "failed: " + _describe(a.get("diagnosis") or {})
+        lines.append(f"  - {a.get('transport')}: {state}")
+    return "\n".join(lines)
+
+
+class TransferEngine:
+    """Mooncake's ``mooncake.engine.TransferEngine``, backed by kvconnect.
+
+    The constructor starts nothing; ``initialize`` brings the engine up.
+    Methods are safe to call from several threads at once; the GIL is
+    released while kvconnect moves bytes.
+    """
+
+    TransferOpcode = TransferOpcode
+
+    def __init__(self) -> None:
+        self._handle = 0
+        self._lock = threading.Lock()
+        self._memory = {}  # registered caller memory: address -> length
+        self._managed = {}  # managed buffers: address -> length
+        self._last_error = ""
+        self._last_error_json = "{}"
+
+    # ---- plumbing -------------------------------------------------------
+
+    def _engine(self) -> int:
+        """The engine's handle, created on first use."""
+        if self._handle:
+            return self._handle
+        with self._lock:
+            if not self._handle:
+                lib = _lib.lib()
+                h = lib.kvc_engine_new()
+                if not h:
+                    raise _lib.KVConnectError(_lib.last_error())
+                rc = lib.kvc_engine_set_defaults(h, json.dumps({"plugin_dir": _lib.native_dir()}).encode())
+                if rc != 0:
+                    raise _lib.KVConnectError(_lib.last_error())
+                self._handle = h
+        return self._handle
+
+    def _record(self, rc: int = -1) -> int:
+        """Keeps the calling thread's last error on the engine and returns
+        rc as Mooncake would: its own codes as they are, kvconnect's own
+        (below -1000: timeout, closed, not initialized, ...) as -1; the
+        exact code stays in last_error_json()."""
+        self._last_error = _lib.last_error()
+        self._last_error_json = _lib.last_error_json()
+        return -1 if rc < -1000 else rc
+
+    def _call(self, name: str, *args, keep_gil: bool = False):
+        try:
+            h = self._engine()
+            lib = _lib.gil_lib() if keep_gil else _lib.lib()
+        except _lib.KVConnectForkedError as e:
+            self._last_error, self._last_error_json = str(e), json.dumps({"code": ERR_FORKED, "kind": "forked"})
+            log.error("%s", e)
+            return None
+        return getattr(lib, name)(h, *args)
+
+    def last_error(self) -> str:
+        """What the last failing call on this engine met, in full (for a
+        failed initialize: every transport tried, with its diagnosis)."""
+        return self._last_error
+
+    def last_error_json(self) -> dict:
+        """The same as a dict: code, kind, message and, for initialize,
+        attempts (transport, step, native code, cause, hints)."""
+        try:
+            return json.loads(self._last_error_json or "{}")
+        except ValueError:
+            return {}
+
+    def status(self) -> dict:
+        """The engine's status (transports up, the chain's attempts,
+        fallback, plugin pids); {} before initialize."""
+        if not self._handle:
+            return {}
+        text = _lib.take_string(self._call("kvc_engine_status_json"))
+        return json.loads(text) if text else {}
+
+    # ---- lifecycle ------------------------------------------------------
+
+    def initialize(self, local_hostname, metadata_server, protocol, device_name, /) -> int:
+        """Starts the engine; 0 when a transport is up, -1 otherwise."""
+        return self._initialize(local_hostname, metadata_server, protocol, device_name, None)
+
+    def initialize_ext(self, local_hostname, metadata_server, protocol, device_name, metadata_type, /) -> int:
+        """initialize, with the metadata service type a bare host:port names."""
+        return self._initialize(local_hostname, metadata_server, protocol, device_name, metadata_type)
+
+    def _initialize(self, local_hostname, metadata_server, protocol, device_name, metadata_type) -> int:
+        args = (_b(local_hostname), _b(metadata_server), _b(protocol), _b(device_name))
+        try:
+            # Variables set in os.environ since the library loaded apply
+            # (read with the GIL held: no Python thread changes them
+            # meanwhile).
+            _lib.gil_lib().kvc_sync_environ()
+        except _lib.KVConnectError:
+            pass  # reported by the call below
+        if metadata_type is None:
+            rc = self._call("kvc_engine_initialize", *args)
+        else:
+            rc = self._call("kvc_engine_initialize_ext", *args, _b(metadata_type))
+        if rc is None:
+            return -1
+        if rc != 0:
+            self._record()
+            diag = self.last_error_json()
+            attempts = _attempts_text(diag.get("attempts") or [])
+            if attempts:
+                self._last_error = (f"{self._last_error}\nEvery transport tried:\n{attempts}")
+            log.error("kvconnect: the transfer engine could not start (protocol %r, device_name %r): %s",
+                      protocol, device_name, self._last_error)
+            return -1
+        self._report_fallback(protocol)
+        return 0
+
+    def _report_fallback(self, protocol) -> None:
+        st = self.status()
+        if not st.get("fallback"):
+            log.info("kvconnect: engine up on %s (%s), session %s", st.get("transport"), st.get("mode"),
+                     st.get("session"))
+            return
+        failed = [a for a in st.get("attempts") or [] if not a.get("ok")]
+        why = "; ".join(f"{a.get('transport')} failed at {_describe(a.get('diagnosis') or {})}" for a in failed)
+        log.warning(
+            "kvconnect: protocol %r could not start here, so this engine runs on %r instead (fallback chain; set "
+            "fallback: [] or KVCONNECT_FALLBACK=none to fail instead). %s. Session %s.",
+            protocol or "rdma", st.get("transport"), why, st.get("session"))
+
+    def close(self) -> int:
+        """Stops the engine (kvconnect's addition: Mooncake's engine ends
+        with the object). Registered memory goes back to the caller as it
+        was; managed buffers are unmapped. Idempotent."""
+        with self._lock:
+            h, self._handle = self._handle, 0
+        if not h:
+            return 0
+        if _lib._forked:
+            return 0  # the parent owns the engine
+        rc = _lib.lib().kvc_engine_close(h)
+        self._memory.clear()
+        self._managed.clear()
+        return rc if rc == 0 else self._record(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if self._handle and not _lib._forked:
+                self.close()
+        except Exception:  # interpreter shutdown: nothing left to report to
+            pass
+
+    def get_rpc_port(self, /) -> int:
+        rc = self._call("kvc_engine_rpc_port")
+        if rc is None or rc < 0:
+            return self._record(-1)
+        return rc
+
+    def get_engine(self, /) -> EngineRef:
+        return EngineRef(self._handle)
+
+    def get_engine_ptr(self, /) -> int:
+        return self._handle
+
+    # ---- memory ---------------------------------------------------------
+
+    def register_memory(self, buffer_addr, capacity, location=WILDCARD_LOCATION) -> int:
+        """Registers memory this process owns, in place; 0 or a negative
+        code (-1 invalid, -7 overlapping a registered range, ...)."""
+        rc = self._call("kvc_register_memory", int(buffer_addr), int(capacity), keep_gil=True)
+        if rc is None:
+            return -1
+        if rc != 0:
+            return self._record(rc)
+        self._memory[int(buffer_addr)] = int(capacity)
+        return 0
+
+    def batch_register_memory(self, buffer_addresses, capacities, location=WILDCARD_LOCATION) -> int:
+        """Registers many buffers at once, all or none."""
+        addrs, lens = list(map(int, buffer_addresses)), list(map(int, capacities))
+        if len(addrs) != len(lens) or not addrs:
+            self._last_error = (f"batch_register_memory: {len(addrs)} addresses and {len(lens)} capacities: the lists "
+                                "must be non-empty and the same length")
+            return -1
+        a, n = _lib.u64_array(addrs)
+        l, _ = _lib.u64_array(lens)
+        rc = self._call("kvc_register_memory_batch", a, l, n, keep_gil=True)
+        if rc is None:
+            return -1
+        if rc != 0:
+            return self._record(rc)
+        self._memory.update(zip(addrs, lens))
+        return 0
+
+    def unregister_memory(self, buffer_addr, /) -> int:
+        rc = self._call("kvc_unregister_memory", int(buffer_addr), keep_gil=True)
+        if rc is None:
+            return -1
+        if rc != 0:
+            return self._record(rc)
+        self._memory.pop(int(buffer_addr), None)
+        return 0
+
+    def batch_unregister_memory(self, buffer_addresses, /) -> int:
+        addrs = list(map(int, buffer_addresses))
+        if not addrs:
+            self._last_error = "batch_unregister_memory: no addresses"
+            return -1
+        a, n = _lib.u64_array(addrs)
+        rc = self._call("kvc_unregister_memory_batch", a, n, keep_gil=True)
+        if rc is None:
+            return -1
+        if rc != 0:
+            return self._record(rc)
+        for x in addrs:
+            self._memory.pop(x, None)
+        return 0
+
+    def allocate_managed_buffer(self, length, /) -> int:
+        """Shared memory of length bytes, registered; its address or 0."""
+        addr = self._call("kvc_allocate_managed", int(length), keep_gil=True)
+        if not addr:
+            return self._record(0) if addr is not None else 0
+        self._managed[addr] = int(length)
+        return addr
+
+    def free_managed_buffer(self, buffer_addr, length, /) -> int:
+        rc = self._call("kvc_free_managed", int(buffer_addr), keep_gil=True)
+        if rc is None:
+            return -1
+        if rc != 0:
+            return self._record(rc)
+        self._managed.pop(int(buffer_addr), None)
+        return 0
+
+    def _owned(self, addr: int, length: int) -> bool:
+        """Whether [addr, addr+length) lies in memory registered with (or
+        allocated by) this engine."""
+        for table in (self._memory, self._managed):
+            starts = sorted(table)
+            i = bisect.bisect_right(starts, addr) - 1
+            if i >= 0 and addr + length <= starts[i] + table[starts[i]]:
+                return True
+        return False
+
+    def write_bytes_to_buffer(self, dest_address, src_ptr, length, /) -> int:
+        """Copies length bytes of src_ptr (bytes) to dest_address, which must
+        lie in memory registered with or allocated by this engine (Mooncake
+        copies anywhere; kvconnect refuses what would crash)."""
+        data = _b(src_ptr)
+        dest, length = int(dest_address), int(length)
+        if length < 0 or length > len(data):
+            self._last_error = f"write_bytes_to_buffer: length {length} but {len(data)} bytes given"
+            return -1
+        if not self._owned(dest, length):
+            self._last_error = (f"write_bytes_to_buffer: [0x{dest:x}, +{length}) is not in memory registered with or "
+                                "allocated by this engine")
+            return -1
+        ctypes.memmove(dest, data, length)
+        return 0
+
+    def read_bytes_from_buffer(self, source_address, length, /) -> bytes:
+        """The length bytes at source_address, which must lie in memory
+        registered with or allocated by this engine (else ValueError: a
+        read elsewhere could crash the process)."""
+        src, length = int(source_address), int(length)
+        if length < 0 or not self._owned(src, length):
+            raise ValueError(f"read_bytes_from_buffer: [0x{src:x}, +{length}) is not in memory registered with or "
+                             "allocated by this engine")
+        return ctypes.string_at(src, length)
+
+    # ---- transfers -------------------------------------------------------
+
+    def _submit(self, target_hostname, op: int, buffers, peer_addresses, lengths) -> int:
+        """Submits a batch; its id, or 0 (with the error recorded)."""
+        local, remote, lens = list(map(int, buffers)), list(map(int, peer_addresses)), list(map(int, lengths))
+        if not (len(local) == len(remote) == len(lens)) or not local:
+            self._last_error = (f"{len(local)} buffers, {len(remote)} peer addresses and {len(lens)} lengths: the "
+                                "lists must be non-empty and the same length")
+            return 0
+        n = len(local)
+        arr = ctypes.c_uint64 * n
+        bid = self._call("kvc_batch_submit", _b(target_hostname), op, arr(*local), arr(*remote), arr(*lens), n, -1)
+        if not bid:
+            return self._record(0) if bid is not None else 0
+        return bid
+
+    def _wait(self, bid: int) -> int:
+        """Waits for batch bid in slices (so Ctrl-C gets through), frees
+        it, and returns its outcome (1 done, -1 failed, -2 timed out)."""
+        lib = _lib.lib()
+        h = self._handle
+        try:
+            while True:
+                rc = lib.kvc_batch_wait(h, bid, _WAIT_SLICE_MS, None, 0)
+                if rc != _BATCH_PENDING:
+                    break
+        except BaseException:
+            lib.kvc_batch_free(h, bid)  # cancels the batch, then re-raise
+            raise
+        if rc != _BATCH_DONE:
+            self._record(rc)
+        lib.kvc_batch_free(h, bid)
+        return rc
+
+    def _sync(self, target_hostname, op: int, buffers, peer_addresses, lengths, notify=None) -> int:
+        bid = self._submit(target_hostname, op, buffers, peer_addresses, lengths)
+        if not bid:
+            return -1
+        if self._wait(bid) != _BATCH_DONE:
+            return -1
+        if notify is not None:
+            rc = self._call("kvc_notify", _b(target_hostname), _b(notify.name), _b(notify.msg), -1)
+            if rc != 0:
+                return self._record(-1)
+        return 0
+
+    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="") -> int:
+        return self._sync(target_hostname, 1, [buffer], [peer_buffer_address], [length])
+
+    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="") -> int:
+        return self._sync(target_hostname, 0, [buffer], [peer_buffer_address], [length])
+
+    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify=None,
+                      transport_hint="") -> int:
+        return self._sync(target_hostname, int(opcode), [buffer], [peer_buffer_address], [length], notify)
+
+    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                  transport_hint="") -> int:
+        return self._sync(target_hostname, 1, buffers, peer_buffer_addresses, lengths)
+
+    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                 transport_hint="") -> int:
+        return self._sync(target_hostname, 0, buffers, peer_buffer_addresses, lengths)
+
+    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None,
+                            transport_hint="") -> int:
+        return self._sync(target_hostname, int(opcode), buffers, peer_buffer_addresses, lengths, notify)
+
+    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                   transport_hint="") -> int:
+        return self._submit(target_hostname, 1, buffers, peer_buffer_addresses, lengths)
+
+    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                  transport_hint="") -> int:
+        return self._submit(target_hostname, 0, buffers, peer_buffer_addresses, lengths)
+
+    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode,
+                             transport_hint="") -> int:
+        return self._submit(target_hostname, int(opcode), buffers, peer_buffer_addresses, lengths)
+
+    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="") -> int:
+        return self._submit(target_hostname, 1, [buffer], [peer_buffer_address], [length])
+
+    def get_batch_transfer_status(self, batch_ids, /) -> int:
+        """Waits for every batch to end and frees them: 0 if all completed,
+        -1 otherwise (an unknown id included)."""
+        ok = True
+        for bid in list(batch_ids):
+            if int(bid) == 0 or self._wait(int(bid)) != _BATCH_DONE:
+                ok = False
+        return 0 if ok else -1
+
+    def transfer_check_status(self, batch_id, /) -> int:
+        """1 done, 0 pending, -1 failed, -2 timed out; a batch that ended is
+        freed."""
+        bid = int(batch_id)
+        rc = self._call("kvc_batch_wait", bid, 0, None, 0)
+        if rc is None:
+            return -1
+        if rc == _BATCH_PENDING:
+            return 0
+        if rc not in (_BATCH_DONE, _BATCH_FAILED, _BATCH_TIMEDOUT):
+            return self._record(-1)  # unknown batch
+        if rc != _BATCH_DONE:
+            self._record(rc)
+        _lib.lib().kvc_batch_free(self._handle, bid)
+        return rc
+
+    # ---- peers and notifications ------------------------------------------
+
+    def get_first_buffer_address(self, segment_name, /) -> int:
+        addr = self._call("kvc_segment_first_buffer", _b(segment_name), -1)
+        if not addr:
+            return self._record(0) if addr is not None else 0
+        return addr
+
+    def warmup_efa_segment(self, segment_name) -> int:
+        """Opens the peer ahead of the first transfer (any transport)."""
+        rc = self._call("kvc_open_segment", _b(segment_name), -1)
+        if rc is None:
+            return -1
+        return rc if rc == 0 else self._record(rc)
+
+    def send_probe(self, peer_server_name) -> int:
+        rc = self._call("kvc_probe", _b(peer_server_name), -1)
+        if rc is None:
+            return -1
+        return rc if rc == 0 else self._record(rc)
+
+    def get_notifies(self, /) -> List[TransferNotify]:
+        text = _lib.take_string(self._call("kvc_get_notifies"))
+        if text is None:
+            self._record()
+            return []
+        return [TransferNotify(n.get("name", ""), n.get("msg", "")) for n in json.loads(text)]
+
+    def get_local_topology(self, device_name=None) -> str:
+        """What every transport would do on this host, as JSON (kvconnect's
+        doctor; Mooncake returns its NIC topology here)."""
+        text = _lib.take_string(self._call("kvc_engine_topology", None if device_name is None else _b(device_name)))
+        if text is None:
+            self._record()
+            return "{}"
+        return text
+
+    # ---- GPU memory: not supported yet ------------------------------------
+
+    def _no_cuda(self, name: str):
+        raise RuntimeError(f"kvconnect: {name}: GPU memory is not supported yet (kvconnect moves host memory "
+                           "only); use host buffers, or Mooncake for GPU-triggered transfers")
+
+    def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
+                               transport_hint=""):
+        self._no_cuda("transfer_write_on_cuda")
+
+    def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0,
+                              transport_hint=""):
+        self._no_cuda("transfer_read_on_cuda")
+
+    def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
+                                     transport_hint=""):
+        self._no_cuda("batch_transfer_write_on_cuda")
+
+    def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
+                                    transport_hint=""):
+        self._no_cuda("batch_transfer_read_on_cuda")

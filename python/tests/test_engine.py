@@ -1,0 +1,267 @@
+"""kvconnect.TransferEngine: every method, Mooncake's return conventions,
+fallback and its log, strict mode, bad input. Two engines in this process
+talk to each other over the tcp plugin (rdma cannot start here)."""
+
+import ctypes
+import json
+import logging
+import mmap
+import os
+import threading
+import unittest
+
+import support
+
+import kvconnect
+from kvconnect import TransferEngine, TransferNotify, TransferOpcode
+
+
+def started(case, protocol="rdma", hostname="127.0.0.1"):
+    e = TransferEngine()
+    case.addCleanup(e.close)
+    rc = e.initialize(hostname, "P2PHANDSHAKE", protocol, "")
+    case.assertEqual(rc, 0, e.last_error())
+    return e
+
+
+class EngineTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        support.need_binaries(cls)
+
+    def setUp(self):
+        self.a = started(self)
+        self.b = started(self, "tcp")
+        self.peer = f"127.0.0.1:{self.b.get_rpc_port()}"
+
+    def test_names_and_constants(self):
+        self.assertEqual(int(TransferOpcode.Read), 0)
+        self.assertEqual(int(TransferOpcode.Write), 1)
+        self.assertIs(TransferEngine.TransferOpcode, TransferOpcode)
+        self.assertEqual(kvconnect.Read, TransferOpcode.Read)
+        n = TransferNotify("a", "b")
+        self.assertEqual((n.name, n.msg), ("a", "b"))
+        self.assertEqual((TransferNotify().name, TransferNotify().msg), ("", ""))
+        for m in ("initialize", "initialize_ext", "get_rpc_port", "allocate_managed_buffer", "free_managed_buffer",
+                  "register_memory", "unregister_memory", "batch_register_memory", "batch_unregister_memory",
+                  "transfer_sync_write", "transfer_sync_read", "transfer_sync", "batch_transfer_sync_write",
+                  "batch_transfer_sync_read", "batch_transfer_sync", "batch_transfer_async_write",
+                  "batch_transfer_async_read", "batch_transfer_async", "get_batch_transfer_status",
+                  "transfer_submit_write", "transfer_check_status", "get_first_buffer_address",
+                  "write_bytes_to_buffer", "read_bytes_from_buffer", "get_notifies", "send_probe",
+                  "get_local_topology", "warmup_efa_segment", "get_engine", "get_engine_ptr",
+                  "transfer_write_on_cuda", "transfer_read_on_cuda", "batch_transfer_write_on_cuda",
+                  "batch_transfer_read_on_cuda"):
+            self.assertTrue(callable(getattr(TransferEngine, m)), m)
+        # Keyword names where Mooncake has them; positional-only elsewhere.
+        with self.assertRaises(TypeError):
+            self.a.get_rpc_port(x=1)
+        with self.assertRaises(TypeError):
+            self.a.initialize(local_hostname="x", metadata_server="P2PHANDSHAKE", protocol="tcp", device_name="")
+
+    def test_rpc_port_and_status(self):
+        port = self.b.get_rpc_port()
+        self.assertTrue(15000 <= port <= 17000, port)
+        st = self.a.status()
+        self.assertTrue(st["fallback"])
+        self.assertEqual(st["transport"], "tcp")
+        self.assertEqual(st["mode"], "plugin")
+        self.assertNotEqual(st["plugin_pid"], os.getpid())
+        self.assertGreater(self.a.get_engine_ptr(), 0)
+        self.assertIn("kvconnect engine", repr(self.a.get_engine()))
+
+    def test_sync_transfers_on_plain_memory(self):
+        n = 1 << 20
+        src = bytearray(support.pattern(n, 1))
+        dst = mmap.mmap(-1, n)  # MAP_SHARED|MAP_ANONYMOUS: reached through its own file
+        a_src, b_dst = support.buffer_address(src), support.buffer_address(dst)
+        self.assertEqual(self.a.register_memory(a_src, n), 0, self.a.last_error())
+        self.assertEqual(self.b.register_memory(b_dst, n), 0, self.b.last_error())
+        self.assertEqual(self.a.transfer_sync_write(self.peer, a_src, b_dst, n), 0, self.a.last_error())
+        self.assertEqual(dst[:], bytes(src))
+        dst[:100] = b"z" * 100
+        self.assertEqual(self.a.transfer_sync_read(self.peer, a_src + 5, b_dst, 100), 0, self.a.last_error())
+        self.assertEqual(bytes(src[5:105]), b"z" * 100)
+        self.assertEqual(self.a.transfer_sync(self.peer, a_src, b_dst + 1000, 10, TransferOpcode.Write), 0)
+        self.assertEqual(dst[1000:1010], bytes(src[:10]))
+        # With a notification after the write.
+        self.assertEqual(self.a.transfer_sync(self.peer, a_src, b_dst, 4096, TransferOpcode.Write,
+                                              notify=TransferNotify("kv", "req-1 done")), 0)
+        got = []
+        support.wait_until("the notification", lambda: got.extend(self.b.get_notifies()) or got)
+        self.assertEqual(got, [TransferNotify("kv", "req-1 done")])
+        self.assertEqual(self.a.unregister_memory(a_src), 0)
+        self.assertEqual(self.b.unregister_memory(b_dst), 0)
+        dst.close()
+
+    def test_batches_sync_and_async(self):
+        blocks, size = 32, 64 << 10
+        src = bytearray(support.pattern(blocks * size, 2))
+        addr = support.buffer_address(src)
+        self.assertEqual(self.a.batch_register_memory([addr], [len(src)]), 0, self.a.last_error())
+        remote = self.b.allocate_managed_buffer(blocks * size)
+        self.assertNotEqual(remote, 0, self.b.last_error())
+        self.assertEqual(self.a.get_first_buffer_address(self.peer), remote)
+        srcs = [addr + i * size for i in range(blocks)]
+        dsts = [remote + (blocks - 1 - i) * size for i in range(blocks)]  # reversed order
+        lens = [size] * blocks
+        self.assertEqual(self.a.batch_transfer_sync_write(self.peer, srcs, dsts, lens), 0, self.a.last_error())
+        for i in range(blocks):
+            self.assertEqual(self.b.read_bytes_from_buffer(dsts[i], size), bytes(src[i * size:(i + 1) * size]))
+        self.assertEqual(self.b.write_bytes_to_buffer(remote, b"hello", 5), 0)
+        ids = [self.a.batch_transfer_async_read(self.peer, srcs[:2], [remote, remote + size], [size, size]),
+               self.a.batch_transfer_async(self.peer, srcs[2:3], [remote], [4096], TransferOpcode.Write),
+               self.a.transfer_submit_write(self.peer, srcs[3], remote + 3 * size, 100)]
+        self.assertNotIn(0, ids)
+        self.assertEqual(self.a.get_batch_transfer_status(ids), 0, self.a.last_error())
+        self.assertEqual(bytes(src[:5]), b"hello")
+        self.assertEqual(self.a.get_batch_transfer_status(ids), -1, "freed ids are unknown")
+        bid = self.a.batch_transfer_async_write(self.peer, srcs, dsts, lens)
+        support.wait_until("the batch", lambda: self.a.transfer_check_status(bid) != 0)
+        self.assertEqual(self.a.transfer_check_status(bid), -1, "a finished batch is freed")
+        self.assertEqual(self.a.batch_transfer_sync(self.peer, srcs[:1], [remote], [10], TransferOpcode.Read), 0)
+        self.assertEqual(self.b.free_managed_buffer(remote, blocks * size), 0)
+        self.assertEqual(self.a.batch_unregister_memory([addr]), 0)
+
+    def test_threads_at_once(self):
+        n, size = 8, 256 << 10
+        srcs = [bytearray(support.pattern(size, i)) for i in range(n)]
+        addrs = [support.buffer_address(s) for s in srcs]
+        self.assertEqual(self.a.batch_register_memory(addrs, [size] * n), 0, self.a.last_error())
+        remote = self.b.allocate_managed_buffer(n * size)
+        errors = []
+
+        def work(i):
+            for k in range(20):
+                op = self.a.transfer_sync_write if k % 2 == 0 else self.a.transfer_sync_read
+                if op(self.peer, addrs[i], remote + i * size, size) != 0:
+                    errors.append(self.a.last_error())
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for i in range(n):
+            self.assertEqual(bytes(srcs[i]), support.pattern(size, i))
+
+    def test_bad_input_returns_codes(self):
+        buf = bytearray(64 << 10)
+        addr = support.buffer_address(buf)
+        remote = self.b.allocate_managed_buffer(4096)
+        self.assertEqual(self.a.register_memory(addr, len(buf)), 0)
+        self.assertEqual(self.a.register_memory(addr + 100, 10), -7, "overlap")
+        self.assertEqual(self.a.batch_register_memory([addr + 100], [10]), -7)
+        self.assertEqual(self.a.register_memory(addr, 0), -1, "length 0")
+        self.assertEqual(self.a.batch_register_memory([1, 2], [3]), -1, "lists of different lengths")
+        self.assertEqual(self.a.register_memory(0x1000, 4096), -1, "unmapped memory")
+        self.assertEqual(self.a.transfer_sync_write(self.peer, 0x1000, remote, 10), -1, "unregistered local memory")
+        self.assertIn("no registered region", self.a.last_error())
+        self.assertEqual(self.a.transfer_sync_write(self.peer, addr, remote, 0), -1, "length 0")
+        self.assertEqual(self.a.transfer_sync_write(self.peer, addr, remote + 4000, 200), -1, "past the peer's buffer")
+        self.assertEqual(self.a.batch_transfer_sync_write(self.peer, [addr], [remote, remote], [1]), -1)
+        self.assertEqual(self.a.batch_transfer_async_write("127.0.0.1:1", [addr], [remote], [10]), 0,
+                         "an unreachable peer gets batch id 0")
+        self.assertEqual(self.a.transfer_submit_write("no-such-host.invalid:1", addr, remote, 10), 0)
+        self.assertEqual(self.a.batch_transfer_async_write("garbage", [addr], [remote], [10]), 0)
+        self.assertNotEqual(self.a.send_probe("127.0.0.1:1"), 0)
+        self.assertEqual(self.a.send_probe(self.peer), 0)
+        self.assertEqual(self.a.get_first_buffer_address("127.0.0.1:1"), 0)
+        self.assertEqual(self.a.transfer_check_status(123456), -1, "unknown batch")
+        self.assertEqual(self.a.get_batch_transfer_status([0]), -1)
+        self.assertEqual(self.a.unregister_memory(addr), 0)
+        self.assertEqual(self.a.unregister_memory(addr), -3, "unregister twice")
+        self.assertEqual(self.a.batch_unregister_memory([addr]), -3)
+        self.assertEqual(self.a.free_managed_buffer(0x1234, 10), -3)
+        self.assertEqual(self.a.allocate_managed_buffer(0), 0)
+        self.assertEqual(self.a.write_bytes_to_buffer(0x1000, b"x", 1), -1, "outside engine memory: refused, no crash")
+        with self.assertRaises(ValueError):
+            self.a.read_bytes_from_buffer(0x1000, 1)
+        for m in ("transfer_write_on_cuda", "transfer_read_on_cuda"):
+            with self.assertRaisesRegex(RuntimeError, "GPU memory is not supported"):
+                getattr(self.a, m)(self.peer, addr, remote, 10)
+        with self.assertRaisesRegex(RuntimeError, "GPU memory is not supported"):
+            self.a.batch_transfer_write_on_cuda(self.peer, [addr], [remote], [10])
+        with self.assertRaisesRegex(RuntimeError, "GPU memory is not supported"):
+            self.a.batch_transfer_read_on_cuda(self.peer, [addr], [remote], [10])
+        # The memory is the caller's again.
+        buf[0] = 1
+
+    def test_topology(self):
+        topo = json.loads(self.a.get_local_topology())
+        names = [t["transport"] for t in topo["transports"]]
+        self.assertIn("rdma", names)
+        tcp = [t for t in topo["transports"] if t["transport"] == "tcp"][0]
+        self.assertTrue(tcp["available"])
+        rdma = [t for t in topo["transports"] if t["transport"] == "rdma"][0]
+        self.assertFalse(rdma["available"])
+        self.assertTrue(rdma["diagnosis"]["cause"])
+
+
+class InitializeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        support.need_binaries(cls)
+
+    def test_fallback_logged_once_at_warning(self):
+        e = TransferEngine()
+        self.addCleanup(e.close)
+        with self.assertLogs("kvconnect", logging.INFO) as logs:
+            self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", ""), 0)
+        warnings = [r for r in logs.records if r.levelno == logging.WARNING]
+        self.assertEqual(len(warnings), 1, logs.output)
+        text = warnings[0].getMessage()
+        for want in ("'rdma'", "'tcp'", "probe devices", "ENOSYS", "Hints"):
+            self.assertIn(want, text)
+
+    def test_strict_mode_fails_with_the_diagnosis_then_retry_tcp(self):
+        os.environ["KVCONNECT_FALLBACK"] = "none"
+        try:
+            e = TransferEngine()
+            self.addCleanup(e.close)
+            with self.assertLogs("kvconnect", logging.ERROR) as logs:
+                self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", ""), -1)
+        finally:
+            del os.environ["KVCONNECT_FALLBACK"]
+        self.assertIn("ENOSYS", e.last_error())
+        self.assertIn("ENOSYS", logs.output[0])
+        diag = e.last_error_json()
+        self.assertEqual(diag["attempts"][0]["transport"], "rdma")
+        self.assertEqual(diag["attempts"][0]["diagnosis"]["step"], "probe devices")
+        self.assertTrue(diag["strict"])
+        self.assertEqual(e.get_rpc_port(), -1, "not initialized")
+        # Mooncake's own tests retry on the same object with tcp.
+        self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0, e.last_error())
+        self.assertGreater(e.get_rpc_port(), 0)
+        self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), -1, "initialized twice")
+
+    def test_bad_arguments(self):
+        e = TransferEngine()
+        self.addCleanup(e.close)
+        with self.assertLogs("kvconnect", logging.ERROR):
+            self.assertEqual(e.initialize("not a host!", "P2PHANDSHAKE", "tcp", ""), -1)
+        self.assertIn("not a host!", e.last_error())
+        with self.assertLogs("kvconnect", logging.ERROR):
+            self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "rmda", ""), -1)
+        self.assertIn("rdma", e.last_error(), "a typo gets a suggestion")
+        with self.assertLogs("kvconnect", logging.ERROR):
+            self.assertEqual(e.initialize_ext("127.0.0.1", "127.0.0.1:1", "tcp", "", "zookeeper"), -1)
+        self.assertIn("zookeeper", e.last_error())
+        self.assertEqual(e.register_memory(0x1000, 10), -1, "before initialize")
+
+    def test_mc_force_tcp_and_port_range(self):
+        os.environ.update(MC_FORCE_TCP="1", MC_MIN_RPC_PORT="16100", MC_MAX_RPC_PORT="16120")
+        try:
+            e = started(self)
+        finally:
+            for k in ("MC_FORCE_TCP", "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT"):
+                del os.environ[k]
+        self.assertTrue(16100 <= e.get_rpc_port() <= 16120)
+        st = e.status()
+        self.assertFalse(st["fallback"])
+        self.assertEqual([a["transport"] for a in st["attempts"]], ["tcp"], "MC_FORCE_TCP skips rdma")
+
+
+if __name__ == "__main__":
+    unittest.main()
