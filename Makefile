@@ -22,9 +22,9 @@ STATICCHECK_VERSION := v0.8.2
 # (the example alert rules' unit tests).
 DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric-dev \
 	libgoogle-glog0v6 libgflags2.2 libjsoncpp25 libnuma1 libibverbs1 libunwind8 \
-	etcd-server redis-server iproute2 prometheus
+	etcd-server redis-server iproute2 prometheus gcc libc6-dev python3 python3-venv
 
-.PHONY: all deps build generate check-generate demo test test-short lint fuzz clean
+.PHONY: all deps build lib python generate check-generate demo test test-short test-python lint fuzz clean
 
 all: build
 
@@ -39,10 +39,30 @@ deps:
 	$(GO) mod download
 	cd $(EXAMPLE_PLUGIN) && $(GO) mod download
 
-## build: build the CLI, every plugin binary and the examples into bin/
-build:
+## build: build the CLI, every plugin binary, the examples and the C library into bin/
+build: lib
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/... ./examples/...
+
+## lib: the C library bin/libkvconnect.so and its header bin/kvconnect.h (docs/C-API.md)
+lib:
+	@mkdir -p $(BIN)
+	$(GO) build -buildmode=c-shared -o $(BIN)/libkvconnect.so ./bindings/c
+	@rm -f $(BIN)/libkvconnect.h
+	cp bindings/c/include/kvconnect.h $(BIN)/kvconnect.h
+
+# The Python wheels bundle stripped binaries (no symbol tables, no DWARF).
+PY_NATIVE := $(CURDIR)/python/build/native
+PY_PYTHON ?= python3
+
+## python: the wheels kvconnect (engine, library, CLI, plugins) and kvconnect-mooncake
+## (mooncake.engine) into dist/; pip install --no-index dist/*.whl is all a user needs (docs/PYTHON.md)
+python:
+	@mkdir -p $(PY_NATIVE) dist
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -buildmode=c-shared -o $(PY_NATIVE)/libkvconnect.so ./bindings/c
+	@rm -f $(PY_NATIVE)/libkvconnect.h
+	$(GO) build -trimpath -ldflags "-s -w" -o $(PY_NATIVE)/ ./cmd/kvconnect ./cmd/kvconnect-transport-*
+	$(PY_PYTHON) python/build_wheels.py --native $(PY_NATIVE) --out dist
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -82,11 +102,17 @@ bench: build
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 
 ## test: vet, build the plugin binaries, run every test with the race detector,
-## then the out-of-tree example plugin's tests (its own module)
+## then the out-of-tree example plugin's tests (its own module), then the Python package's tests
 test: build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	$(MAKE) --no-print-directory test-python
+
+## test-python: the Python package's tests (python/tests, unittest from the standard library) on bin/
+test-python:
+	KVCONNECT_BIN=$(BIN) KVCONNECT_LIBRARY=$(BIN)/libkvconnect.so timeout 900 \
+		$(PY_PYTHON) -m unittest discover -s python/tests -t python/tests
 
 ## soak: nodes moving verified blocks without pause for SOAK_DURATION (default 30m) while
 ## faults are injected at random (plugin kills, peer restarts and hangs, link cuts, hostile
@@ -123,4 +149,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf $(BIN) $(TOOLS)
+	rm -rf $(BIN) $(TOOLS) python/build dist

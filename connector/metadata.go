@@ -95,9 +95,7 @@ func (c *Connector) publish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, port, _ := splitSession(c.session)
-	p, _ := strconv.Atoi(port)
-	return c.meta.svc.Publish(ctx, c.session, b, metadata.RPCLocation{Host: c.cfg.Hostname, Port: p})
+	return c.meta.svc.Publish(ctx, c.session, b, metadata.RPCLocation{Host: c.cfg.Hostname, Port: c.rpcPort})
 }
 
 // fetchDescriptor returns a peer's descriptor: from the metadata service

@@ -116,6 +116,7 @@ class Proc:
                 pass
         self.p.wait()
         self.t.join(5)
+        self.p.stdout.close()
 
 
 def serve(case: unittest.TestCase, alloc="8MiB", extra=()):

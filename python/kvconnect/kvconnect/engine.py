@@ -153,8 +153,9 @@ class TransferEngine:
         rc as Mooncake would: its own codes as they are, kvconnect's own
         (below -1000: timeout, closed, not initialized, ...) as -1; the
         exact code stays in last_error_json()."""
-        self._last_error = _lib.last_error()
-        self._last_error_json = _lib.last_error_json()
+        if not _lib._forked:  # in a forked child, _call recorded why already
+            self._last_error = _lib.last_error()
+            self._last_error_json = _lib.last_error_json()
         return -1 if rc < -1000 else rc
 
     def _call(self, name: str, *args, keep_gil: bool = False):

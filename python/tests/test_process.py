@@ -1,0 +1,153 @@
+"""The process model: importing loads nothing native; a child forked after
+the library started gets a clear error, never a hang; plugin processes die
+with Python, even on SIGKILL; Ctrl-C interrupts a blocking wait; threads
+share an engine."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import unittest
+
+import support
+
+PRELUDE = textwrap.dedent(f"""
+    import sys, os, ctypes, json, time
+    sys.path[:0] = [{os.path.join(support.ROOT, 'python', 'kvconnect')!r}, {os.path.join(support.ROOT, 'python', 'mooncake')!r}]
+""")
+
+
+def run_python(case, code, timeout=120, **kw):
+    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class ProcessTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        support.need_binaries(cls)
+
+    def test_import_loads_nothing_native(self):
+        out = run_python(self, """
+            import threading
+            from mooncake.engine import TransferEngine, TransferOpcode
+            import kvconnect
+            maps = open('/proc/self/maps').read()
+            threads = int([l for l in open('/proc/self/status') if l.startswith('Threads:')][0].split()[1])
+            e = kvconnect.TransferEngine()   # the constructor starts nothing either
+            maps2 = open('/proc/self/maps').read()
+            print(json.dumps({'lib': 'libkvconnect' in maps or 'libkvconnect' in maps2, 'threads': threads,
+                              'name': TransferEngine.__module__ + '.' + TransferEngine.__name__}))
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = __import__("json").loads(out.stdout)
+        self.assertFalse(got["lib"], "importing (or constructing) loaded libkvconnect")
+        self.assertEqual(got["threads"], 1, "importing started threads")
+        self.assertEqual(got["name"], "kvconnect.engine.TransferEngine")
+
+    def test_fork_after_start_fails_clearly(self):
+        out = run_python(self, """
+            import logging
+            logging.basicConfig(level=logging.ERROR)
+            from kvconnect import TransferEngine
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            buf = bytearray(b'p' * 65536)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            assert e.register_memory(addr, len(buf)) == 0
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                c = TransferEngine()
+                rc = c.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '')
+                rc2 = e.get_rpc_port()
+                buf[0:4] = b'kid!'   # the child's write stays the child's
+                os.write(w, json.dumps({'rc': rc, 'rc2': rc2, 'err': c.last_error()}).encode())
+                os._exit(0)
+            os.close(w)
+            got = json.loads(os.read(r, 65536))
+            os.waitpid(pid, 0)
+            got['parent'] = bytes(buf[0:4]).decode()
+            got['port'] = e.get_rpc_port()
+            print(json.dumps(got))
+        """, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(got["rc"], -1)
+        self.assertEqual(got["rc2"], -1)
+        self.assertIn("forked", got["err"])
+        self.assertEqual(got["parent"], "pppp", "the child's write reached the parent's registered memory")
+        self.assertGreater(got["port"], 0, "the parent's engine still works")
+
+    def test_plugins_die_with_python_on_sigkill(self):
+        p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent("""
+            import threading
+            from kvconnect import TransferEngine
+            e = TransferEngine()
+            # initialize from a short-lived thread: plugins must outlive it
+            t = threading.Thread(target=lambda: e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''))
+            t.start(); t.join()
+            time.sleep(0.5)
+            print(json.dumps(e.status()), flush=True)
+            time.sleep(600)
+        """)], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        line = p.stdout.readline()
+        st = __import__("json").loads(line)
+        pid = st["plugin_pid"]
+        self.assertTrue(pid_alive(pid), "the plugin died with the thread that started it")
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        support.wait_until(f"plugin {pid} to exit after Python was killed", lambda: not pid_alive(pid), 30)
+
+    def test_ctrl_c_interrupts_a_blocked_wait(self):
+        session, region, node = support.serve(self)
+        p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
+            from kvconnect import TransferEngine
+            os.environ['KVCONNECT_TRANSFER_TIMEOUT'] = '300s'
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            buf = bytearray(64 << 20)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            assert e.register_memory(addr, len(buf)) == 0
+            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
+            print('ready', flush=True)
+            sys.stdin.readline()   # the node is stopped now
+            bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
+            print('waiting', bid, flush=True)
+            try:
+                e.get_batch_transfer_status([bid])
+                print('returned', flush=True)
+            except KeyboardInterrupt:
+                print('interrupted', flush=True)
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
+        os.killpg(node.p.pid, signal.SIGSTOP)  # the peer hangs: the batch cannot end
+        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        self.assertTrue(p.stdout.readline().startswith("waiting"))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertIn("interrupted", out, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
