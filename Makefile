@@ -95,11 +95,13 @@ MOONCAKE_BIN_DEFAULT := $(wildcard $(CURDIR)/../shared/mooncake/bin)
 export KVCONNECT_MOONCAKE_BIN ?= $(MOONCAKE_BIN_DEFAULT)
 
 ## bench: the benchmark suite on loopback (raw Go TCP baseline, tcp as a plugin and in-process, every
-## other transport built here), BENCH_ROUNDS rounds; prints the table and writes docs/PERFORMANCE.md
+## other transport built here), BENCH_ROUNDS rounds, then the Python engine against the Go API and
+## Mooncake (python/bench); prints the tables and writes docs/PERFORMANCE.md
 BENCH_ROUNDS ?= 5
 .PHONY: bench
 bench: build
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
+	$(PY_PYTHON) python/bench/bench_engine.py --bin $(BIN) --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 
 ## test: vet, build the plugin binaries, run every test with the race detector,
 ## then the out-of-tree example plugin's tests (its own module), then the Python package's tests
