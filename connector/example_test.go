@@ -133,3 +133,37 @@ func ExampleNew_fallback() {
 	// tcp true
 	// fallback: true
 }
+
+// Memory the program already has (here a Go slice; from C or Python, any
+// buffer's address) is registered where it is: a peer writes into it by
+// its own address. Free gives it back as it was, contents kept.
+func ExampleConnector_RegisterMemory() {
+	ctx := context.Background()
+	cfg := connector.Config{Protocol: "tcp", Hostname: "127.0.0.1"}
+	decode, err := connector.New(ctx, cfg, connector.WithInProcess("tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer decode.Close()
+	prefill, err := connector.New(ctx, cfg, connector.WithInProcess("tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer prefill.Close()
+
+	kv := make([]byte, 1<<20) // the decode side's own buffer
+	r, err := decode.RegisterMemory(ctx, kv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	block, _ := prefill.Alloc(ctx, 4096)
+	copy(block.Bytes(), "layer 3, block 1")
+	if err := prefill.TransferSyncWrite(ctx, decode.SessionID(), block.Addr(), r.Addr()+4096, 16); err != nil {
+		log.Fatal(err)
+	}
+	if err := r.Free(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(kv[4096 : 4096+16]))
+	// Output: layer 3, block 1
+}

@@ -148,6 +148,33 @@ class ProcessTest(unittest.TestCase):
         out, err = p.communicate(timeout=30)
         self.assertIn("interrupted", out, err)
 
+    def test_mc_transfer_timeout_bounds_a_sync_transfer(self):
+        session, region, node = support.serve(self)
+        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
+        r = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
+            from kvconnect import TransferEngine
+            os.environ['MC_TRANSFER_TIMEOUT'] = '2'
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            buf = bytearray(1 << 20)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            assert e.register_memory(addr, len(buf)) == 0
+            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
+            print('ready', flush=True)
+            sys.stdin.readline()
+            rc = e.transfer_sync_write({session!r}, addr, {region}, 1 << 20)
+            print(json.dumps({{'rc': rc, 'kind': e.last_error_json().get('kind'), 'err': e.last_error()}}), flush=True)
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(r.kill)
+        self.assertEqual(r.stdout.readline().strip(), "ready")
+        os.killpg(node.p.pid, signal.SIGSTOP)  # the node hangs: the write can only end by the timeout
+        r.stdin.write("go\n")
+        r.stdin.flush()
+        stdout, stderr = r.communicate(timeout=120)
+        got = __import__("json").loads(stdout.strip().splitlines()[-1])
+        self.assertEqual(got["rc"], -1, stderr)
+        self.assertEqual(got["kind"], "timeout", got["err"])
+
 
 if __name__ == "__main__":
     unittest.main()
