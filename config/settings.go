@@ -215,6 +215,10 @@ var internalEnv = map[string]bool{
 	"KVCONNECT_ALLOW_TESTING_OPTIONS": true,
 	// Read by tests and make bench: where Mooncake's binaries are.
 	"KVCONNECT_MOONCAKE_BIN": true,
+	// Read by the Python package (docs/PYTHON.md): the libkvconnect.so to
+	// load; and by its tests: the directory of the built binaries.
+	"KVCONNECT_LIBRARY": true,
+	"KVCONNECT_BIN":     true,
 }
 
 // EnvName is the KVCONNECT_* variable for a key: upper case, levels

@@ -10,6 +10,7 @@ Environment (the Makefile sets it):
 
 import ctypes
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,10 @@ for p in (os.path.join(ROOT, "python", "kvconnect"), os.path.join(ROOT, "python"
         sys.path.insert(0, p)
 
 MOONCAKE_BIN = os.environ.get("KVCONNECT_MOONCAKE_BIN", "")
+
+# Engines log their fallback at WARNING; tests check it with assertLogs
+# and keep it out of the output otherwise.
+logging.getLogger("kvconnect").addHandler(logging.NullHandler())
 
 
 def need_binaries(case: unittest.TestCase) -> None:
