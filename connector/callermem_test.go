@@ -257,3 +257,33 @@ func TestFreeMemoryWhileWritesLand(t *testing.T) {
 		t.Fatal("memory changed after Free returned")
 	}
 }
+
+// TestAllocBatch allocates many regions in one batch through a plugin
+// and writes into the last of them from a peer.
+func TestAllocBatch(t *testing.T) {
+	ctx := context.Background()
+	a, b := newNode(t), newNode(t)
+	sizes := make([]int, 2000)
+	for i := range sizes {
+		sizes[i] = 4096 + i
+	}
+	regions, err := a.AllocBatch(ctx, sizes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(regions) != len(sizes) {
+		t.Fatalf("%d regions for %d sizes", len(regions), len(sizes))
+	}
+	last := regions[len(regions)-1]
+	src := alloc(t, b, last.Len())
+	transporttest.Fill(src.Bytes(), 11)
+	if err := b.TransferSyncWrite(ctx, a.SessionID(), src.Addr(), last.Addr(), uint64(last.Len())); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(last.Bytes(), src.Bytes()) {
+		t.Fatal("bytes differ")
+	}
+	if _, err := a.AllocBatch(ctx, []int{4096, 0}); !errors.Is(err, connector.ErrInvalidArgument) {
+		t.Fatalf("a zero size: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -76,6 +76,41 @@ func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
 	return c.register(ctx, id, name, piece.Bytes(), piece.File(), piece.FileOffset(), func() { piece.Free() })
 }
 
+// AllocBatch allocates one region per size, as Alloc does, all or none,
+// registering them with one round trip to each plugin for the whole
+// batch: the way to allocate thousands of regions.
+func (c *Connector) AllocBatch(ctx context.Context, sizes []int) ([]*Region, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	regions := make([]*Region, 0, len(sizes))
+	for i, size := range sizes {
+		if size <= 0 || size > MaxRegionSize {
+			for _, r := range regions {
+				r.release()
+			}
+			return nil, fmt.Errorf("connector: AllocBatch: size %d of %d is %d: must be between 1 byte and %s: %w", i+1, len(sizes), size, units.FormatSize(MaxRegionSize), ErrInvalidArgument)
+		}
+		id := c.newRegionID()
+		name := fmt.Sprintf("region-%d", id)
+		piece, err := c.pool.Alloc(name, size)
+		if err != nil {
+			for _, r := range regions {
+				r.release()
+			}
+			return nil, fmt.Errorf("connector: AllocBatch: size %d of %d (%s): %w", i+1, len(sizes), units.FormatSize(uint64(size)), err)
+		}
+		regions = append(regions, c.newRegion(id, name, piece.Bytes(), piece.File(), piece.FileOffset(), func() { piece.Free() }))
+	}
+	if len(regions) == 0 {
+		return nil, nil
+	}
+	if err := c.registerAll(ctx, regions); err != nil {
+		return nil, err
+	}
+	return regions, nil
+}
+
 // RegisterFile registers length bytes at offset of shared memory the
 // caller owns: a memfd (sealed against shrinking, F_SEAL_SHRINK), or a
 // file on tmpfs (/dev/shm) or hugetlbfs. It is published and reachable
