@@ -167,3 +167,20 @@ def wait_until(what: str, cond, timeout: float = 30, step: float = 0.02):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(step)
+
+
+def redis(case: unittest.TestCase) -> str:
+    """A real Redis on loopback: its address host:port."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        case.skipTest("redis-server is not installed (make deps installs it)")
+    port = free_port()
+    proc = Proc(case, [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    proc.wait_for(r"[Rr]eady to accept connections", 60)
+    return f"127.0.0.1:{port}"
+
+
+def http_metadata(case: unittest.TestCase) -> str:
+    """`kvconnect metadata-server` (Mooncake's HTTP metadata protocol): its URL."""
+    proc = Proc(case, [os.path.join(BIN, "kvconnect"), "metadata-server", "--listen", "127.0.0.1:0"])
+    return json.loads(proc.wait_for(r'^\{.*"url".*\}\s*$').group(0))["url"]

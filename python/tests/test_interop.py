@@ -144,5 +144,35 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(a.batch_transfer_async_write("no-such-segment", [addr], [remote], [10]), 0)
 
 
+class MetadataServicesTest(unittest.TestCase):
+    """The other metadata services Mooncake names: redis:// and http://."""
+
+    def pair(self, meta_a, meta_b=None, metadata_type=None):
+        support.need_binaries(self)
+        a, b = TransferEngine(), TransferEngine()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        self.assertEqual(a.initialize("127.0.0.1:16601", meta_a, "tcp", ""), 0, a.last_error())
+        if metadata_type:
+            rc = b.initialize_ext("127.0.0.1:16602", meta_b, "tcp", "", metadata_type)
+        else:
+            rc = b.initialize("127.0.0.1:16602", meta_b or meta_a, "tcp", "")
+        self.assertEqual(rc, 0, b.last_error())
+        buf = bytearray(support.pattern(64 << 10, 9))
+        addr = support.buffer_address(buf)
+        self.assertEqual(a.register_memory(addr, len(buf)), 0)
+        dst = b.allocate_managed_buffer(len(buf))
+        self.assertEqual(a.transfer_sync_write("127.0.0.1:16602", addr, dst, len(buf)), 0, a.last_error())
+        self.assertEqual(b.read_bytes_from_buffer(dst, len(buf)), bytes(buf))
+
+    def test_redis(self):
+        addr = support.redis(self)
+        # A URL, and initialize_ext's metadata_type naming the service of a bare host:port.
+        self.pair(f"redis://{addr}", addr, "redis")
+
+    def test_http(self):
+        self.pair(support.http_metadata(self))
+
+
 if __name__ == "__main__":
     unittest.main()
