@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -286,4 +289,53 @@ func TestAllocBatch(t *testing.T) {
 	if _, err := a.AllocBatch(ctx, []int{4096, 0}); !errors.Is(err, connector.ErrInvalidArgument) {
 		t.Fatalf("a zero size: %v, want ErrInvalidArgument", err)
 	}
+}
+
+// TestCloseGivesRegisteredMemoryBack: closing a node puts memory it had
+// registered in place back as ordinary private memory, contents kept.
+func TestCloseGivesRegisteredMemoryBack(t *testing.T) {
+	ctx := context.Background()
+	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
+	a, err := connector.New(ctx, cfg, quickExit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := privateMemory(t, 1<<20)
+	transporttest.Fill(mem, 12)
+	want := append([]byte(nil), mem...)
+	if _, err := a.RegisterMemory(ctx, mem[100:]); err != nil {
+		t.Fatal(err)
+	}
+	if !sharedMapping(t, mem) {
+		t.Fatal("registered memory is not a shared mapping")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sharedMapping(t, mem) {
+		t.Fatal("after Close the memory is still a shared mapping")
+	}
+	if !bytes.Equal(mem, want) {
+		t.Fatal("Close changed the memory's contents")
+	}
+}
+
+// sharedMapping says whether /proc/self/maps shows mem's first page as
+// a shared mapping.
+func sharedMapping(t *testing.T, mem []byte) bool {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := addr(mem)
+	for _, line := range strings.Split(string(maps), "\n") {
+		var lo, hi uint64
+		var perms string
+		if _, err := fmt.Sscanf(line, "%x-%x %s", &lo, &hi, &perms); err == nil && lo <= a && a < hi {
+			return strings.HasSuffix(perms, "s")
+		}
+	}
+	t.Fatalf("0x%x is not mapped", a)
+	return false
 }
