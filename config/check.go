@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginpath"
 	"github.com/kvconnect/kvconnect/metadata"
-	"github.com/kvconnect/kvconnect/plugins/host"
-	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // checker collects the problems of a converted Config. Validate runs it on
@@ -21,7 +21,7 @@ import (
 // adds the checks meant for hand-written configuration (typos in
 // transport names, a plugin_dir that does not exist).
 type checker struct {
-	catalog *transports.Catalog // nil: transports.Builtin()
+	catalog TransportCatalog // nil: the built-in transports
 	origin  func(key string) (value any, source string)
 	skip    map[string]bool // keys whose value did not convert (already reported)
 	loaded  bool
@@ -53,7 +53,7 @@ func (ck *checker) ok(key string) bool { return !ck.skip[key] }
 // away from one of these is taken for a typo.
 func (ck *checker) known() []string {
 	if ck.catalog == nil {
-		ck.catalog = transports.Builtin()
+		return names.Builtin()
 	}
 	return ck.catalog.Names()
 }
@@ -186,10 +186,10 @@ func (ck *checker) transport(key, name string, value any, pluginDir string) {
 		return
 	}
 	sugg := closest(name, ck.known())
-	if _, _, err := host.FindPlugin(name, pluginDir); err == nil {
+	if pluginpath.Installed(name, pluginDir) {
 		return
 	}
-	bin := host.BinaryPrefix + name
+	bin := pluginpath.BinaryPrefix + name
 	if sugg != "" {
 		ck.add(&Problem{Key: key, Value: value,
 			Reason:  entry + "unknown transport, and no plugin " + bin + " is installed",

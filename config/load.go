@@ -17,7 +17,7 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/metadata"
-	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/transports/names"
 	"github.com/spf13/pflag"
 )
 
@@ -47,8 +47,17 @@ type Options struct {
 	// user set count.
 	Flags *pflag.FlagSet
 	// Catalog names the transports that are known (a name close to one of
-	// them is a typo); nil means transports.Builtin().
-	Catalog *transports.Catalog
+	// them is a typo); nil means the built-in transports (names.Builtin).
+	// A *transports.Catalog is one.
+	Catalog TransportCatalog
+}
+
+// TransportCatalog is what configuration needs to know of the transports:
+// their names. *transports.Catalog implements it; configuration takes the
+// interface so that it links no transport and no plugin launcher.
+type TransportCatalog interface {
+	// Names lists the known transports.
+	Names() []string
 }
 
 // Value is one effective setting and where it came from.
@@ -410,7 +419,7 @@ func unknownFileKey(k, src string) *Problem {
 		if p.Suggestion == "" {
 			p.Suggestion = vllmKey + "." + k
 		}
-	case contains(transports.Builtin().Names(), k):
+	case contains(names.Builtin(), k):
 		p.Reason = "unknown key: transport options go under transports." + k
 		p.Suggestion = transportsKey + "." + k
 	default:
