@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/soak"
+	"github.com/kvconnect/kvconnect/test/soak"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
