@@ -268,6 +268,7 @@ func (ld *loader) codeLayer(c Config) {
 	add("plugin_start_timeout", c.PluginStartTimeout, c.PluginStartTimeout != 0)
 	add("transfer_timeout", c.TransferTimeout, c.TransferTimeout != 0)
 	add("max_handshake_frame", c.MaxHandshakeFrame, c.MaxHandshakeFrame != 0)
+	add("max_handshake_memory", c.MaxHandshakeMemory, c.MaxHandshakeMemory != 0)
 	add("plugin_dir", c.PluginDir, c.PluginDir != "")
 	if c.MooncakeInterop != nil {
 		add("mooncake_interop", *c.MooncakeInterop, true)
@@ -589,6 +590,7 @@ func (r *resolution) fill(defaults *layer) {
 	cfg.PluginStartTimeout = dur("plugin_start_timeout")
 	cfg.TransferTimeout = dur("transfer_timeout")
 	cfg.MaxHandshakeFrame = int(min(size("max_handshake_frame"), 1<<40))
+	cfg.MaxHandshakeMemory = int(min(size("max_handshake_memory"), 1<<42))
 	cfg.PluginDir = str("plugin_dir")
 	cfg.MooncakeInterop = boolean("mooncake_interop")
 	if s, ok := get("auth_secret").(auth.Secret); ok {

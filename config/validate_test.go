@@ -59,6 +59,8 @@ func TestValidationProblems(t *testing.T) {
 		{name: "hostname with port", file: "hostname: 10.0.0.1:15001", key: "hostname", want: "without a port"},
 		{name: "hostname ascend segment", file: "hostname: 10.0.0.1:15001:npu_3", key: "hostname", want: "ascend transport builds"},
 		{name: "max handshake frame", file: "max_handshake_frame: 100", key: "max_handshake_frame", want: "at least 4096"},
+		{name: "max handshake memory", file: "max_handshake_memory: 40MiB", key: "max_handshake_memory", want: "at least 48MiB (twice max_handshake_frame plus 16MiB)"},
+		{name: "max handshake memory below a raised frame", file: "max_handshake_frame: 32MiB", key: "max_handshake_memory", source: "default", want: "at least 80MiB"},
 		{name: "set unknown key", flags: []string{"--set", "protocl=tcp"}, key: "protocl", source: "flag --set protocl", suggestion: "protocol"},
 		{name: "set without =", flags: []string{"--set", "protocol"}, key: "set", want: "KEY=VALUE"},
 		{name: "transports not a map", file: "transports: [tcp]", key: "transports", want: "map of transport name"},

@@ -52,7 +52,8 @@ type Connector struct {
 	transports []*activeTransport
 	attempts   []Attempt
 	rpc        *rpcServer
-	session    string // this node's session id, host:port of the RPC port
+	frames     *frameBudget // memory for handshake frames being received (max_handshake_memory)
+	session    string       // this node's session id, host:port of the RPC port
 	// hostnameNote says how the hostname was chosen when it was not set.
 	hostnameNote string
 	hostID       string
@@ -105,6 +106,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),
 	}
 	c.hostID = hostID()
+	c.frames = newFrameBudget(c.cfg.MaxHandshakeMemory)
 	if c.cfg.Hostname == "" {
 		var how string
 		c.cfg.Hostname, how = OutwardAddress()

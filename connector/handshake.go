@@ -1,10 +1,8 @@
 package connector
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -30,29 +28,6 @@ func writeFrame(w io.Writer, typ byte, body []byte) error {
 	copy(buf[9:], body)
 	_, err := w.Write(buf)
 	return err
-}
-
-// readFrame reads one frame of at most max bytes (type + body).
-func readFrame(r io.Reader, max int) (byte, []byte, error) {
-	var hdr [9]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	n, err := decodeFrameHeader(hdr[:], max)
-	if err != nil {
-		return 0, nil, err
-	}
-	// The body grows as its bytes arrive: a peer that claims a large frame
-	// and sends little makes the node hold little.
-	var body bytes.Buffer
-	body.Grow(min(n, 64<<10))
-	if _, err := io.CopyN(&body, r, int64(n)); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, nil, err
-	}
-	return hdr[8], body.Bytes(), nil
 }
 
 // decodeFrameHeader validates the 9-byte frame header and returns the body

@@ -64,6 +64,10 @@ var (
 	ErrNoCommonTransport = errors.New("no transport in common with the peer")
 	// ErrInternal is a bug: an invariant was broken.
 	ErrInternal = errors.New("internal error")
+	// ErrResourceExhausted means a bounded resource (the memory a node
+	// keeps for handshake frames, say) stayed full for as long as the
+	// request could wait.
+	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
 // kinds maps each sentinel to its stable wire name. The order is the
@@ -91,6 +95,7 @@ var kinds = [...]struct {
 	{"unauthenticated", ErrUnauthenticated},
 	{"no_common_transport", ErrNoCommonTransport},
 	{"internal", ErrInternal},
+	{"resource_exhausted", ErrResourceExhausted},
 }
 
 // Kind returns the stable wire name of the first sentinel err wraps, or ""
