@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 )
 
 // The P2P handshake runs on the connector's RPC port, framed as Mooncake
@@ -21,12 +22,14 @@ const (
 	frameError    byte = 0xFF // reply to a kvconnect request: {"error": "...", "kind": "..."}
 )
 
+// writeFrame writes one frame: the header and the body in one writev,
+// without copying the body (a descriptor can be megabytes).
 func writeFrame(w io.Writer, typ byte, body []byte) error {
-	buf := make([]byte, 9+len(body))
-	binary.LittleEndian.PutUint64(buf, uint64(1+len(body)))
-	buf[8] = typ
-	copy(buf[9:], body)
-	_, err := w.Write(buf)
+	var hdr [9]byte
+	binary.LittleEndian.PutUint64(hdr[:], uint64(1+len(body)))
+	hdr[8] = typ
+	bufs := net.Buffers{hdr[:], body}
+	_, err := bufs.WriteTo(w)
 	return err
 }
 
