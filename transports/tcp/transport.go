@@ -81,11 +81,8 @@ func (t *Transport) Info(ctx context.Context) (plugins.Info, error) {
 
 // Init parses the options, binds the data listener and starts serving.
 func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
-	opts := DefaultOptions()
-	if err := plugins.DecodeOptions(Name, req.Options, &opts); err != nil {
-		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
-	}
-	if err := opts.validate(); err != nil {
+	opts, err := decodeOptions(req.Options)
+	if err != nil {
 		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
 	}
 	if err := t.guard.BeginInit(Name); err != nil {
