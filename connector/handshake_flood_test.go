@@ -85,8 +85,13 @@ func TestHandshakeMemoryBoundedUnderFlood(t *testing.T) {
 				default:
 				}
 				nc, err := net.Dial("tcp", node.SessionID())
-				if err != nil {
-					continue // the listener's backlog is full: dial again
+				if err != nil { // out of descriptors, say: back off, then dial again
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+					continue
 				}
 				mu.Lock()
 				open[nc] = true
