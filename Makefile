@@ -125,7 +125,7 @@ SOAK_TIMEOUT ?= 3h
 SOAK_REPORT ?= soak-report.md
 .PHONY: soak
 soak: build
-	set -o pipefail; $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./internal/soak \
+	set -o pipefail; $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/soak \
 		-args -soak.duration=$(SOAK_DURATION) -soak.report=$(CURDIR)/$(SOAK_REPORT) | grep -v '^=== RUN'
 
 ## test-short: the tests without the race detector

@@ -10,9 +10,10 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginpath"
 	"github.com/kvconnect/kvconnect/metadata"
-	"github.com/kvconnect/kvconnect/plugins/host"
-	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/transports/names"
+	"github.com/kvconnect/kvconnect/units"
 )
 
 // checker collects the problems of a converted Config. Validate runs it on
@@ -21,7 +22,7 @@ import (
 // adds the checks meant for hand-written configuration (typos in
 // transport names, a plugin_dir that does not exist).
 type checker struct {
-	catalog *transports.Catalog // nil: transports.Builtin()
+	catalog TransportCatalog // nil: the built-in transports
 	origin  func(key string) (value any, source string)
 	skip    map[string]bool // keys whose value did not convert (already reported)
 	loaded  bool
@@ -53,7 +54,7 @@ func (ck *checker) ok(key string) bool { return !ck.skip[key] }
 // away from one of these is taken for a typo.
 func (ck *checker) known() []string {
 	if ck.catalog == nil {
-		ck.catalog = transports.Builtin()
+		return names.Builtin()
 	}
 	return ck.catalog.Names()
 }
@@ -112,8 +113,21 @@ func (ck *checker) check(c *Config) {
 	if ck.ok("transfer_timeout") && c.TransferTimeout < 0 {
 		ck.add(&Problem{Key: "transfer_timeout", Value: c.TransferTimeout.String(), Allowed: "a duration, not negative"})
 	}
-	if ck.ok("max_handshake_frame") && (c.MaxHandshakeFrame < 0 || (c.MaxHandshakeFrame > 0 && c.MaxHandshakeFrame < 4096)) {
+	frameOK := !(c.MaxHandshakeFrame < 0 || (c.MaxHandshakeFrame > 0 && c.MaxHandshakeFrame < 4096))
+	if ck.ok("max_handshake_frame") && !frameOK {
 		ck.add(&Problem{Key: "max_handshake_frame", Value: c.MaxHandshakeFrame, Allowed: "at least 4096 bytes"})
+	}
+	if ck.ok("max_handshake_memory") && ck.ok("max_handshake_frame") && frameOK && c.MaxHandshakeMemory != 0 {
+		frame := c.MaxHandshakeFrame
+		if frame == 0 {
+			frame = DefaultMaxHandshakeFrame
+		}
+		if least := MinHandshakeMemory(frame); c.MaxHandshakeMemory < least {
+			ck.add(&Problem{Key: "max_handshake_memory", Value: units.FormatSize(uint64(max(c.MaxHandshakeMemory, 0))),
+				Reason: fmt.Sprintf("too small to receive a frame of max_handshake_frame %s: requests on the RPC port may hold half of what the %s kept for small requests leaves",
+					units.FormatSize(uint64(frame)), units.FormatSize(HandshakeSmallReserve)),
+				Allowed: fmt.Sprintf("at least %s (twice max_handshake_frame plus %s); raise it with max_handshake_frame", units.FormatSize(uint64(least)), units.FormatSize(HandshakeSmallReserve))})
+		}
 	}
 	if ck.ok("device_name") {
 		ck.deviceName(c.DeviceName)
@@ -186,10 +200,10 @@ func (ck *checker) transport(key, name string, value any, pluginDir string) {
 		return
 	}
 	sugg := closest(name, ck.known())
-	if _, _, err := host.FindPlugin(name, pluginDir); err == nil {
+	if pluginpath.Installed(name, pluginDir) {
 		return
 	}
-	bin := host.BinaryPrefix + name
+	bin := pluginpath.BinaryPrefix + name
 	if sugg != "" {
 		ck.add(&Problem{Key: key, Value: value,
 			Reason:  entry + "unknown transport, and no plugin " + bin + " is installed",

@@ -76,6 +76,18 @@ type Config struct {
 	TransferTimeout time.Duration `koanf:"transfer_timeout" json:"transfer_timeout"`
 	// MaxHandshakeFrame bounds one handshake frame. Default 16 MiB.
 	MaxHandshakeFrame int `koanf:"max_handshake_frame" json:"max_handshake_frame"`
+	// MaxHandshakeMemory bounds the memory the node holds for handshake
+	// frames being received, whatever the number of peers: requests on
+	// its RPC port and the replies to its own handshakes. Of it,
+	// HandshakeSmallReserve is kept for requests of up to
+	// HandshakeSmallFrame (one per connection the RPC port holds, so a
+	// real peer's request always fits); requests may hold half of the
+	// rest, the node's own handshakes all of what requests leave. A
+	// frame that does not fit waits, for at most the handshake's timeout,
+	// then is refused (errdefs.ErrResourceExhausted). Default 64 MiB, or
+	// MinHandshakeMemory(MaxHandshakeFrame) when that is more; when set,
+	// at least MinHandshakeMemory(MaxHandshakeFrame).
+	MaxHandshakeMemory int `koanf:"max_handshake_memory" json:"max_handshake_memory"`
 	// Fallback lists the transports to try, in order, when Protocol fails
 	// to initialise. nil means the default chain for Protocol; an empty
 	// non-nil list is strict mode: no fallback.
@@ -134,10 +146,29 @@ const (
 	DefaultPluginStartTimeout = 10 * time.Second
 	DefaultTransferTimeout    = 30 * time.Second
 	DefaultMaxHandshakeFrame  = 16 << 20
+	DefaultMaxHandshakeMemory = 64 << 20
 	DefaultMetadataTTL        = metadata.DefaultTTL
 	DefaultRole               = "kv_both"
 	DefaultBufferDevice       = "cpu"
 )
+
+// Handshake memory (see Config.MaxHandshakeMemory).
+const (
+	// HandshakeSmallFrame is the largest handshake request read from the
+	// memory kept for small requests: every request kvconnect and
+	// Mooncake send (descriptor, probe, RDMA connect) but long
+	// notifications fits.
+	HandshakeSmallFrame = 4 << 10
+	// HandshakeSmallReserve is the part of max_handshake_memory kept for
+	// requests of up to HandshakeSmallFrame: one for each of the at most
+	// 4096 connections a node's RPC port holds at once.
+	HandshakeSmallReserve = 4096 * HandshakeSmallFrame
+)
+
+// MinHandshakeMemory is the least max_handshake_memory that can receive
+// frames of maxFrame bytes: the small requests' reserve, plus twice
+// maxFrame, since requests may hold only half of the rest.
+func MinHandshakeMemory(maxFrame int) int { return HandshakeSmallReserve + 2*maxFrame }
 
 // Bool returns a pointer to b, for Config's optional booleans.
 func Bool(b bool) *bool { return &b }
@@ -164,6 +195,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxHandshakeFrame == 0 {
 		c.MaxHandshakeFrame = DefaultMaxHandshakeFrame
+	}
+	if c.MaxHandshakeMemory == 0 {
+		c.MaxHandshakeMemory = max(DefaultMaxHandshakeMemory, MinHandshakeMemory(c.MaxHandshakeFrame))
 	}
 	if c.Role == "" {
 		c.Role = DefaultRole

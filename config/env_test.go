@@ -194,7 +194,7 @@ func TestKVConnectEnv(t *testing.T) {
 		"KVCONNECT_HOSTNAME=10.1.1.1", "KVCONNECT_BIND_ADDRESS=10.1.1.2", "KVCONNECT_RPC_PORT=15001",
 		"KVCONNECT_ROLE=kv_consumer", "KVCONNECT_ENGINE_ID=e1", "KVCONNECT_LOCAL_DEVICE_INDEX=1",
 		"KVCONNECT_BUFFER_SIZE=1GB", "KVCONNECT_BUFFER_DEVICE=cpu", "KVCONNECT_CONNECT_TIMEOUT=3s", "KVCONNECT_PLUGIN_START_TIMEOUT=5s",
-		"KVCONNECT_TRANSFER_TIMEOUT=4s", "KVCONNECT_MAX_HANDSHAKE_FRAME=1MiB", "KVCONNECT_PLUGIN_DIR=",
+		"KVCONNECT_TRANSFER_TIMEOUT=4s", "KVCONNECT_MAX_HANDSHAKE_FRAME=1MiB", "KVCONNECT_MAX_HANDSHAKE_MEMORY=20MiB", "KVCONNECT_PLUGIN_DIR=",
 		"KVCONNECT_LOG_LEVEL=debug", "KVCONNECT_LOG_FORMAT=json", "KVCONNECT_DEVICE_NAME=mlx5_4",
 		"KVCONNECT_METADATA=etcd://10.0.0.1:2379", "KVCONNECT_FALLBACK=tcp", "KVCONNECT_MOONCAKE_INTEROP=off",
 		"KVCONNECT_METADATA_CLUSTER_ID=prod", "KVCONNECT_METADATA_TTL=5s", "KVCONNECT_METADATA_USERNAME=kv",
@@ -207,7 +207,7 @@ func TestKVConnectEnv(t *testing.T) {
 	c := l.Config
 	want := Config{Protocol: "ucx", Hostname: "10.1.1.1", BindAddress: "10.1.1.2", RPCPort: 15001, Role: "kv_consumer",
 		EngineID: "e1", LocalDeviceIndex: 1, BufferSize: 1e9, BufferDevice: "cpu", ConnectTimeout: 3 * time.Second, PluginStartTimeout: 5 * time.Second,
-		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, DeviceName: "mlx5_4", Metadata: "etcd://10.0.0.1:2379",
+		TransferTimeout: 4 * time.Second, MaxHandshakeFrame: 1 << 20, MaxHandshakeMemory: 20 << 20, DeviceName: "mlx5_4", Metadata: "etcd://10.0.0.1:2379",
 		MetadataClusterID: "prod", MetadataTTL: 5 * time.Second, MetadataUsername: "kv", MetadataPassword: "pw",
 		Fallback: []string{"tcp"}, MooncakeInterop: Bool(false), MetricsAddress: "127.0.0.1:9464", MetricsPeerLabels: true,
 		Notes: []string{`KVCONNECT_PROTOCOL=ucx overrides protocol "rdma" from env MOONCAKE_PROTOCOL`}}

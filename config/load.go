@@ -17,7 +17,7 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/metadata"
-	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/transports/names"
 	"github.com/spf13/pflag"
 )
 
@@ -47,8 +47,17 @@ type Options struct {
 	// user set count.
 	Flags *pflag.FlagSet
 	// Catalog names the transports that are known (a name close to one of
-	// them is a typo); nil means transports.Builtin().
-	Catalog *transports.Catalog
+	// them is a typo); nil means the built-in transports (names.Builtin).
+	// A *transports.Catalog is one.
+	Catalog TransportCatalog
+}
+
+// TransportCatalog is what configuration needs to know of the transports:
+// their names. *transports.Catalog implements it; configuration takes the
+// interface so that it links no transport and no plugin launcher.
+type TransportCatalog interface {
+	// Names lists the known transports.
+	Names() []string
 }
 
 // Value is one effective setting and where it came from.
@@ -259,6 +268,7 @@ func (ld *loader) codeLayer(c Config) {
 	add("plugin_start_timeout", c.PluginStartTimeout, c.PluginStartTimeout != 0)
 	add("transfer_timeout", c.TransferTimeout, c.TransferTimeout != 0)
 	add("max_handshake_frame", c.MaxHandshakeFrame, c.MaxHandshakeFrame != 0)
+	add("max_handshake_memory", c.MaxHandshakeMemory, c.MaxHandshakeMemory != 0)
 	add("plugin_dir", c.PluginDir, c.PluginDir != "")
 	if c.MooncakeInterop != nil {
 		add("mooncake_interop", *c.MooncakeInterop, true)
@@ -410,7 +420,7 @@ func unknownFileKey(k, src string) *Problem {
 		if p.Suggestion == "" {
 			p.Suggestion = vllmKey + "." + k
 		}
-	case contains(transports.Builtin().Names(), k):
+	case contains(names.Builtin(), k):
 		p.Reason = "unknown key: transport options go under transports." + k
 		p.Suggestion = transportsKey + "." + k
 	default:
@@ -456,9 +466,39 @@ func optionKey(key string) (name, opt string, ok bool) {
 	return parts[1], parts[2], true
 }
 
-// resolve converts every layer's values, merges them (later wins), applies
-// MC_FORCE_TCP, resolves device_name and checks the result.
+// resolve turns the layers into the effective configuration, one step
+// after another: merge the layers (later wins), apply MC_FORCE_TCP, fill
+// in the Config, turn Mooncake interop off under auth, resolve
+// device_name, collect the transport options, record every value's
+// source, and check the result.
 func (ld *loader) resolve() (*Loaded, error) {
+	r := &resolution{eff: ld.merge(), skip: map[string]bool{}, out: &Loaded{values: map[string]Value{}}}
+	ld.forceTCPStep(r.eff)
+	r.fill(ld.layers[0])
+	ld.authStep(r)
+	ld.deviceStep(r)
+	ld.transportsStep(r)
+	r.record()
+	ld.checkStep(r)
+
+	out := r.out
+	out.Inputs, out.Notes, out.Warnings, out.Ignored = ld.inputs, ld.notes, ld.warns, ld.ignored
+	out.Config.Notes = append([]string(nil), ld.notes...)
+	return out, joinProblems(ld.errs)
+}
+
+// resolution is what resolve's steps share.
+type resolution struct {
+	eff    map[string]entry // effective entry per key
+	skip   map[string]bool  // keys whose value did not convert (already reported)
+	out    *Loaded
+	devRaw any // device_name as written, when it was resolved to something else
+}
+
+// merge converts every layer's values and merges them, later layers
+// winning. Mooncake's Redis-only variables are dropped, with a note, when
+// metadata is not a Redis service.
+func (ld *loader) merge() map[string]entry {
 	eff := map[string]entry{}
 	redis, metaSource := ld.redisMetadata()
 	for _, l := range ld.layers {
@@ -480,27 +520,40 @@ func (ld *loader) resolve() (*Loaded, error) {
 			eff[k] = e
 		}
 	}
-	if ld.forceTCP != nil {
-		prev := eff["protocol"]
-		e := entry{value: "tcp", source: ld.forceTCP.source, conv: "tcp"}
-		if prev.bad || prev.conv != "tcp" {
-			ld.note("%s=%s forces protocol tcp (was %s from %s), as Mooncake does",
-				strings.TrimPrefix(ld.forceTCP.source, "env "), ld.forceTCP.value, showValue(prev.value), prev.source)
-		}
-		eff["protocol"] = e
-	}
+	return eff
+}
 
-	out := &Loaded{values: map[string]Value{}}
-	cfg := &out.Config
-	skip := map[string]bool{}
-	get := func(key string) any {
-		e := eff[key]
-		if e.bad {
-			skip[key] = true
-			return ld.layers[0].entries[key].conv // the default
-		}
-		return e.conv
+// forceTCPStep applies MC_FORCE_TCP after every layer, flags included, as
+// Mooncake does.
+func (ld *loader) forceTCPStep(eff map[string]entry) {
+	if ld.forceTCP == nil {
+		return
 	}
+	prev := eff["protocol"]
+	e := entry{value: "tcp", source: ld.forceTCP.source, conv: "tcp"}
+	if prev.bad || prev.conv != "tcp" {
+		ld.note("%s=%s forces protocol tcp (was %s from %s), as Mooncake does",
+			strings.TrimPrefix(ld.forceTCP.source, "env "), ld.forceTCP.value, showValue(prev.value), prev.source)
+	}
+	eff["protocol"] = e
+}
+
+// get returns key's converted effective value; a value that did not
+// convert is marked skipped and stands in for by its default.
+func (r *resolution) get(defaults *layer, key string) any {
+	e := r.eff[key]
+	if e.bad {
+		r.skip[key] = true
+		return defaults.entries[key].conv
+	}
+	return e.conv
+}
+
+// fill sets the Config's fields (and the log settings) from the
+// effective values.
+func (r *resolution) fill(defaults *layer) {
+	cfg := &r.out.Config
+	get := func(key string) any { return r.get(defaults, key) }
 	str := func(key string) string { s, _ := get(key).(string); return s }
 	num := func(key string) int { n, _ := get(key).(int64); return int(n) }
 	dur := func(key string) time.Duration { d, _ := get(key).(time.Duration); return d }
@@ -537,6 +590,7 @@ func (ld *loader) resolve() (*Loaded, error) {
 	cfg.PluginStartTimeout = dur("plugin_start_timeout")
 	cfg.TransferTimeout = dur("transfer_timeout")
 	cfg.MaxHandshakeFrame = int(min(size("max_handshake_frame"), 1<<40))
+	cfg.MaxHandshakeMemory = int(min(size("max_handshake_memory"), 1<<42))
 	cfg.PluginDir = str("plugin_dir")
 	cfg.MooncakeInterop = boolean("mooncake_interop")
 	if s, ok := get("auth_secret").(auth.Secret); ok {
@@ -547,53 +601,69 @@ func (ld *loader) resolve() (*Loaded, error) {
 	if b := boolean("metrics_peer_labels"); b != nil {
 		cfg.MetricsPeerLabels = *b
 	}
-	if cfg.AuthSecret != "" || cfg.AuthSecretFile != "" {
-		// Mooncake peers cannot authenticate: interop is off unless the
-		// user asked for it (which the checker refuses).
-		if e := eff["mooncake_interop"]; e.source == "default" || e.source == "" {
-			cfg.MooncakeInterop = Bool(false)
-			e.conv, e.value, e.source = false, false, "auth ("+authSource(eff)+")"
-			eff["mooncake_interop"] = e
-			ld.note("mooncake_interop is off: auth is on (from %s) and Mooncake peers cannot authenticate", authSource(eff))
-		}
-	}
-	out.LogLevel = str("log_level")
-	out.LogFormat = str("log_format")
+	r.out.LogLevel = str("log_level")
+	r.out.LogFormat = str("log_format")
+}
 
-	// device_name: resolve a per-device map for local_device_index.
-	var devRaw any
-	if dev := get("device_name"); dev != nil && !skip["device_name"] && !skip["local_device_index"] {
-		final, p := resolveDevice(dev, cfg.LocalDeviceIndex, eff["local_device_index"].source, ld.read)
-		if p != nil {
-			e := eff["device_name"]
-			p.Key, p.Source = "device_name", e.source
-			if p.Value == nil {
-				p.Value = e.value
-			}
-			ld.problem(p)
-			skip["device_name"] = true
-		} else {
-			cfg.DeviceName = final
-			if s, ok := dev.(string); !ok || strings.TrimSpace(s) != final {
-				devRaw = eff["device_name"].value
-			}
-		}
+// authStep turns Mooncake interop off when auth is on, unless the user
+// asked for it (which the checker refuses): Mooncake peers cannot
+// authenticate.
+func (ld *loader) authStep(r *resolution) {
+	cfg := &r.out.Config
+	if cfg.AuthSecret == "" && cfg.AuthSecretFile == "" {
+		return
 	}
+	if e := r.eff["mooncake_interop"]; e.source == "default" || e.source == "" {
+		cfg.MooncakeInterop = Bool(false)
+		e.conv, e.value, e.source = false, false, "auth ("+authSource(r.eff)+")"
+		r.eff["mooncake_interop"] = e
+		ld.note("mooncake_interop is off: auth is on (from %s) and Mooncake peers cannot authenticate", authSource(r.eff))
+	}
+}
 
-	// transports.<name>.<option>, handed to each transport as JSON.
+// deviceStep resolves a per-device device_name map for
+// local_device_index.
+func (ld *loader) deviceStep(r *resolution) {
+	cfg := &r.out.Config
+	dev := r.get(ld.layers[0], "device_name")
+	if dev == nil || r.skip["device_name"] || r.skip["local_device_index"] {
+		return
+	}
+	final, p := resolveDevice(dev, cfg.LocalDeviceIndex, r.eff["local_device_index"].source, ld.read)
+	if p != nil {
+		e := r.eff["device_name"]
+		p.Key, p.Source = "device_name", e.source
+		if p.Value == nil {
+			p.Value = e.value
+		}
+		ld.problem(p)
+		r.skip["device_name"] = true
+		return
+	}
+	cfg.DeviceName = final
+	if s, ok := dev.(string); !ok || strings.TrimSpace(s) != final {
+		r.devRaw = r.eff["device_name"].value
+	}
+}
+
+// transportsStep collects transports.<name>.<option>, handed to each
+// transport as JSON; an ascend npu_id that follows local_device_index
+// takes its value now.
+func (ld *loader) transportsStep(r *resolution) {
+	cfg := &r.out.Config
 	if ld.ascendIndex != "" {
-		if e, ok := eff["transports.ascend.npu_id"]; ok && isDeferredIndex(e.value) {
+		if e, ok := r.eff["transports.ascend.npu_id"]; ok && isDeferredIndex(e.value) {
 			e.value = cfg.LocalDeviceIndex
-			e.source = ld.ascendIndex + " (local_device_index from " + eff["local_device_index"].source + ")"
-			eff["transports.ascend.npu_id"] = e
+			e.source = ld.ascendIndex + " (local_device_index from " + r.eff["local_device_index"].source + ")"
+			r.eff["transports.ascend.npu_id"] = e
 		}
 	}
-	for _, k := range sortedKeys(eff) {
+	for _, k := range sortedKeys(r.eff) {
 		name, opt, ok := optionKey(k)
 		if !ok {
 			continue
 		}
-		e := eff[k]
+		e := r.eff[k]
 		v := e.value
 		if s, isStr := v.(string); isStr && e.text {
 			v = jsonable(s)
@@ -605,18 +675,22 @@ func (ld *loader) resolve() (*Loaded, error) {
 			cfg.Transports[name] = map[string]any{}
 		}
 		cfg.Transports[name][opt] = v
-		out.values[k] = Value{Key: k, Value: v, Source: e.source}
+		r.out.values[k] = Value{Key: k, Value: v, Source: e.source}
 	}
+}
 
+// record notes every setting's effective value and source, secrets
+// hidden, for Loaded.Values.
+func (r *resolution) record() {
 	for _, s := range settings {
-		e := eff[s.key]
+		e := r.eff[s.key]
 		v := Value{Key: s.key, Value: display(e.conv), Source: e.source}
 		if e.bad {
 			v.Value = e.value
 		}
-		if s.key == "device_name" && !skip["device_name"] {
-			v.Value = cfg.DeviceName
-			v.Raw = devRaw
+		if s.key == "device_name" && !r.skip["device_name"] {
+			v.Value = r.out.Config.DeviceName
+			v.Raw = r.devRaw
 		}
 		if v.Source == "" {
 			v.Source = "default"
@@ -627,29 +701,29 @@ func (ld *loader) resolve() (*Loaded, error) {
 		if m, ok := v.Value.(string); ok && s.key == "metadata" {
 			v.Value = metadata.Redact(m)
 		}
-		out.values[s.key] = v
+		r.out.values[s.key] = v
 	}
+}
 
-	ck := &checker{catalog: ld.opts.Catalog, loaded: true, skip: skip, origin: func(key string) (any, string) {
-		if e, ok := eff[key]; ok {
+// checkStep runs the checker on the result, each problem naming the
+// value as written and its source.
+func (ld *loader) checkStep(r *resolution) {
+	ck := &checker{catalog: ld.opts.Catalog, loaded: true, skip: r.skip, origin: func(key string) (any, string) {
+		if e, ok := r.eff[key]; ok {
 			return e.value, e.source
 		}
 		// transports.<name>: the source of its first option
 		prefix := key + "."
-		for _, k := range sortedKeys(eff) {
+		for _, k := range sortedKeys(r.eff) {
 			if strings.HasPrefix(k, prefix) {
-				return nil, eff[k].source
+				return nil, r.eff[k].source
 			}
 		}
 		return nil, ""
 	}}
-	ck.check(cfg)
+	ck.check(&r.out.Config)
 	ld.errs = append(ld.errs, ck.errs...)
 	ld.warns = append(ld.warns, ck.warns...)
-
-	out.Inputs, out.Notes, out.Warnings, out.Ignored = ld.inputs, ld.notes, ld.warns, ld.ignored
-	cfg.Notes = append([]string(nil), ld.notes...)
-	return out, joinProblems(ld.errs)
 }
 
 // redisMetadata says whether the metadata setting, as the layers leave

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/internal/suggest"
 )
 
 // ErrInvalid is wrapped by every configuration error about a bad key or
@@ -149,5 +149,5 @@ func showValue(v any) string {
 }
 
 // closest returns the candidate near enough to s to be a typo of it (see
-// plugins.Closest).
-func closest(s string, candidates []string) string { return plugins.Closest(s, candidates) }
+// suggest.Closest).
+func closest(s string, candidates []string) string { return suggest.Closest(s, candidates) }

@@ -116,6 +116,8 @@ var settings = []setting{
 		help: "bound on a batch whose context has no deadline (Mooncake's MC_TRANSFER_TIMEOUT)"},
 	{key: "max_handshake_frame", kind: kindSize, def: units.FormatSize(DefaultMaxHandshakeFrame), flag: "max-handshake-frame",
 		help: "largest handshake frame accepted (at least 4096 bytes)"},
+	{key: "max_handshake_memory", kind: kindSize, def: units.FormatSize(DefaultMaxHandshakeMemory), flag: "max-handshake-memory",
+		help: "memory the node holds at most for handshake frames being received, whatever the number of peers; a frame that does not fit waits (at most the handshake's timeout) or is refused; at least twice max_handshake_frame plus 16MiB kept for small requests"},
 	{key: "plugin_dir", kind: kindString, def: "", flag: "plugin-dir",
 		help: "directory searched first for kvconnect-transport-<name> binaries"},
 	{key: "mooncake_interop", kind: kindBool, def: true, flag: "mooncake-interop",

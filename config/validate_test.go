@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/plugins/host"
-	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/internal/pluginpath"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // TestValidationProblems: each kind of bad input is a problem naming the
@@ -59,6 +59,8 @@ func TestValidationProblems(t *testing.T) {
 		{name: "hostname with port", file: "hostname: 10.0.0.1:15001", key: "hostname", want: "without a port"},
 		{name: "hostname ascend segment", file: "hostname: 10.0.0.1:15001:npu_3", key: "hostname", want: "ascend transport builds"},
 		{name: "max handshake frame", file: "max_handshake_frame: 100", key: "max_handshake_frame", want: "at least 4096"},
+		{name: "max handshake memory", file: "max_handshake_memory: 40MiB", key: "max_handshake_memory", want: "at least 48MiB (twice max_handshake_frame plus 16MiB)"},
+		{name: "max handshake memory below a raised frame", file: "max_handshake_frame: 32MiB", key: "max_handshake_memory", source: "default", want: "at least 80MiB"},
 		{name: "set unknown key", flags: []string{"--set", "protocl=tcp"}, key: "protocl", source: "flag --set protocl", suggestion: "protocol"},
 		{name: "set without =", flags: []string{"--set", "protocol"}, key: "set", want: "KEY=VALUE"},
 		{name: "transports not a map", file: "transports: [tcp]", key: "transports", want: "map of transport name"},
@@ -202,8 +204,8 @@ func TestWarnings(t *testing.T) {
 // is fine when its plugin is installed.
 func TestThirdPartyPluginInPluginDir(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, host.BinaryPrefix+"ucx2", "#!/bin/sh\n")
-	if err := chmodX(dir + "/" + host.BinaryPrefix + "ucx2"); err != nil {
+	writeFile(t, dir, pluginpath.BinaryPrefix+"ucx2", "#!/bin/sh\n")
+	if err := chmodX(dir + "/" + pluginpath.BinaryPrefix + "ucx2"); err != nil {
 		t.Fatal(err)
 	}
 	_, ps := loadErr(t, Options{Flags: flags(t, "--protocol", "ucx2")})
@@ -215,6 +217,23 @@ func TestThirdPartyPluginInPluginDir(t *testing.T) {
 		t.Errorf("protocol %q, warnings %v", l.Config.Protocol, l.Warnings)
 	}
 }
+
+// TestCatalogOption: a transport the caller's catalog knows is not taken
+// for a typo of a built-in one, and needs no plugin on disk.
+func TestCatalogOption(t *testing.T) {
+	_, ps := loadErr(t, Options{Flags: flags(t, "--protocol", "ucx2")})
+	if p := findProblem(ps, "protocol"); p == nil {
+		t.Fatalf("ucx2 with the built-in names: no problem in %v", ps)
+	}
+	l := mustLoad(t, Options{Flags: flags(t, "--protocol", "ucx2"), Catalog: catalogOf{append(names.Builtin(), "ucx2")}})
+	if l.Config.Protocol != "ucx2" || len(l.Warnings) != 0 {
+		t.Errorf("protocol %q, warnings %v", l.Config.Protocol, l.Warnings)
+	}
+}
+
+type catalogOf struct{ names []string }
+
+func (c catalogOf) Names() []string { return c.names }
 
 // TestConfigValidate: Validate on a Config built in code reports every
 // problem, joined, and accepts the zero value.
@@ -264,7 +283,7 @@ func TestClosest(t *testing.T) {
 		{"RDMA", "rdma"}, {"x", ""}, {"nvlink", ""}, {"tcp", ""}, {"fail", ""}, {"device_nxxx", ""}, {"device_nxme", "device_name"},
 	}
 	for _, tt := range tests {
-		if got := closest(tt.in, append(transports.Builtin().Names(), "kv_producer", "device_name")); got != tt.want {
+		if got := closest(tt.in, append(names.Builtin(), "kv_producer", "device_name")); got != tt.want {
 			t.Errorf("closest(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}

@@ -53,8 +53,9 @@ type Connector struct {
 	transports []*activeTransport
 	attempts   []Attempt
 	rpc        *rpcServer
-	session    string // this node's session id, host:port of the RPC port
-	rpcPort    int    // the port the RPC listener bound
+	frames     *frameBudget // memory for handshake frames being received (max_handshake_memory)
+	session    string       // this node's session id, host:port of the RPC port
+	rpcPort    int          // the port the RPC listener bound
 	// hostnameNote says how the hostname was chosen when it was not set.
 	hostnameNote string
 	hostID       string
@@ -107,6 +108,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),
 	}
 	c.hostID = hostID()
+	c.frames = newFrameBudget(c.cfg.MaxHandshakeMemory)
 	if c.cfg.Hostname == "" {
 		var how string
 		c.cfg.Hostname, how = OutwardAddress()

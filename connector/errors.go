@@ -23,6 +23,9 @@ var (
 	ErrProtocol         = errdefs.ErrProtocol
 	ErrPluginNotFound   = errdefs.ErrPluginNotFound
 	ErrUnauthenticated  = errdefs.ErrUnauthenticated
+	// ErrResourceExhausted means a bounded resource stayed full: a
+	// handshake frame did not fit in max_handshake_memory in time.
+	ErrResourceExhausted = errdefs.ErrResourceExhausted
 
 	// ErrAddressOverlap means memory to register overlaps a registered
 	// region (always together with ErrInvalidArgument).

@@ -1,12 +1,11 @@
 package connector
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"net"
 )
 
 // The P2P handshake runs on the connector's RPC port, framed as Mooncake
@@ -23,36 +22,15 @@ const (
 	frameError    byte = 0xFF // reply to a kvconnect request: {"error": "...", "kind": "..."}
 )
 
+// writeFrame writes one frame: the header and the body in one writev,
+// without copying the body (a descriptor can be megabytes).
 func writeFrame(w io.Writer, typ byte, body []byte) error {
-	buf := make([]byte, 9+len(body))
-	binary.LittleEndian.PutUint64(buf, uint64(1+len(body)))
-	buf[8] = typ
-	copy(buf[9:], body)
-	_, err := w.Write(buf)
-	return err
-}
-
-// readFrame reads one frame of at most max bytes (type + body).
-func readFrame(r io.Reader, max int) (byte, []byte, error) {
 	var hdr [9]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	n, err := decodeFrameHeader(hdr[:], max)
-	if err != nil {
-		return 0, nil, err
-	}
-	// The body grows as its bytes arrive: a peer that claims a large frame
-	// and sends little makes the node hold little.
-	var body bytes.Buffer
-	body.Grow(min(n, 64<<10))
-	if _, err := io.CopyN(&body, r, int64(n)); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, nil, err
-	}
-	return hdr[8], body.Bytes(), nil
+	binary.LittleEndian.PutUint64(hdr[:], uint64(1+len(body)))
+	hdr[8] = typ
+	bufs := net.Buffers{hdr[:], body}
+	_, err := bufs.WriteTo(w)
+	return err
 }
 
 // decodeFrameHeader validates the 9-byte frame header and returns the body

@@ -11,11 +11,14 @@ import (
 	"github.com/kvconnect/kvconnect/auth"
 )
 
-// request sends one handshake request to session and returns the reply
-// body, as Mooncake's client does: one frame out, one frame back (of the
-// same type), then close. With auth on, the exchange (package auth) runs
-// first, and a peer that cannot prove the secret gets no request.
-func (c *Connector) request(ctx context.Context, session string, typ byte, body []byte) ([]byte, error) {
+// request sends one handshake request to session and returns the reply,
+// as Mooncake's client does: one frame out, one frame back (of the same
+// type), then close. With auth on, the exchange (package auth) runs
+// first, and a peer that cannot prove the secret gets no request. The
+// reply's memory comes from the node's handshake budget
+// (max_handshake_memory), waiting for room within ctx: the caller
+// releases it once done with the body.
+func (c *Connector) request(ctx context.Context, session string, typ byte, body []byte) (*received, error) {
 	max := c.cfg.MaxHandshakeFrame
 	addr, err := c.rpcAddress(ctx, session)
 	if err != nil {
@@ -50,24 +53,26 @@ func (c *Connector) request(ctx context.Context, session string, typ byte, body 
 	if err := writeFrame(nc, typ, body); err != nil {
 		return nil, handshakeIOError(ctx, session, err)
 	}
-	rt, rb, err := readFrame(nc, max)
+	f, err := c.frames.readFrame(ctx, nc, max, false)
 	if err != nil {
-		if errors.Is(err, ErrProtocol) {
+		if errors.Is(err, ErrProtocol) || errors.Is(err, ErrResourceExhausted) {
 			return nil, fmt.Errorf("connector: handshake with %s: %w", session, err)
 		}
 		return nil, handshakeIOError(ctx, session, err)
 	}
-	switch rt {
+	switch f.typ {
 	case typ:
-		return rb, nil
+		return f, nil
 	case frameError:
+		defer f.release()
 		var er errorReply
-		if err := json.Unmarshal(rb, &er); err != nil {
+		if err := json.Unmarshal(f.body, &er); err != nil {
 			return nil, fmt.Errorf("connector: handshake with %s: malformed error reply: %w", session, ErrProtocol)
 		}
 		return nil, remoteError(session, er)
 	}
-	return nil, fmt.Errorf("connector: handshake with %s: reply type %d to request type %d: %w", session, rt, typ, ErrProtocol)
+	f.release()
+	return nil, fmt.Errorf("connector: handshake with %s: reply type %d to request type %d: %w", session, f.typ, typ, ErrProtocol)
 }
 
 func handshakeIOError(ctx context.Context, session string, err error) error {

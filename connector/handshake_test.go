@@ -2,20 +2,51 @@ package connector
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"testing"
+
+	"github.com/kvconnect/kvconnect/config"
 )
 
-func TestFrameRoundTrip(t *testing.T) {
-	var buf bytes.Buffer
-	if err := writeFrame(&buf, frameMetadata, []byte(`{"a":1}`)); err != nil {
-		t.Fatal(err)
+// readFrame reads one frame against a fresh default budget and checks
+// the budget holds nothing once the frame is released.
+func readFrame(t testing.TB, r io.Reader, max int, request bool) (byte, []byte, error) {
+	b := newFrameBudget(config.DefaultMaxHandshakeMemory)
+	f, err := b.readFrame(context.Background(), r, max, request)
+	if err != nil {
+		if st := b.status(); st.InUse != 0 {
+			t.Fatalf("a failed read left %d bytes held", st.InUse)
+		}
+		return 0, nil, err
 	}
-	typ, body, err := readFrame(&buf, 1<<20)
-	if err != nil || typ != frameMetadata || string(body) != `{"a":1}` {
-		t.Fatalf("got %d %q %v", typ, body, err)
+	if st := b.status(); st.InUse < int64(len(f.body)) {
+		t.Fatalf("a %d-byte body held as %d bytes", len(f.body), st.InUse)
+	}
+	typ, body := f.typ, bytes.Clone(f.body)
+	f.release()
+	if st := b.status(); st.InUse != 0 {
+		t.Fatalf("a released frame left %d bytes held", st.InUse)
+	}
+	return typ, body, nil
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), (3*frameChunk+100)/16) // several chunks and a partial one
+	for _, body := range [][]byte{[]byte(`{"a":1}`), big} {
+		for _, request := range []bool{true, false} {
+			var buf bytes.Buffer
+			if err := writeFrame(&buf, frameMetadata, body); err != nil {
+				t.Fatal(err)
+			}
+			typ, got, err := readFrame(t, &buf, 1<<20, request)
+			if err != nil || typ != frameMetadata || !bytes.Equal(got, body) {
+				t.Fatalf("got %d, %d bytes (equal %v), %v", typ, len(got), bytes.Equal(got, body), err)
+			}
+		}
 	}
 }
 
@@ -75,7 +106,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(frameHeader(0))
 	f.Add(append(frameHeader(3), 1, '{', '}'))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		typ, body, err := readFrame(bytes.NewReader(data), 4096)
+		typ, body, err := readFrame(t, bytes.NewReader(data), 4096, len(data)%2 == 0)
 		if err != nil {
 			return
 		}

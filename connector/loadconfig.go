@@ -1,6 +1,9 @@
 package connector
 
-import "github.com/kvconnect/kvconnect/config"
+import (
+	"github.com/kvconnect/kvconnect/config"
+	"github.com/kvconnect/kvconnect/transports"
+)
 
 // LoadOptions says where LoadConfig reads from: a config file, a vLLM
 // kv_transfer_config, a Config built in code (Base), the environment and
@@ -38,3 +41,6 @@ func LoadConfig(opts LoadOptions) (Config, error) {
 	}
 	return loaded.Config, nil
 }
+
+// A transports.Catalog is what config.Options.Catalog takes.
+var _ config.TransportCatalog = (*transports.Catalog)(nil)

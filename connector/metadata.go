@@ -99,16 +99,21 @@ func (c *Connector) publish(ctx context.Context) error {
 }
 
 // fetchDescriptor returns a peer's descriptor: from the metadata service
-// when there is one, else over the peer's RPC port.
-func (c *Connector) fetchDescriptor(ctx context.Context, session string) ([]byte, error) {
+// when there is one, else over the peer's RPC port (its memory from the
+// handshake budget). The caller calls release once done with it.
+func (c *Connector) fetchDescriptor(ctx context.Context, session string) (body []byte, release func(), err error) {
 	if c.meta == nil {
-		return c.request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}))
+		f, err := c.request(ctx, session, frameMetadata, marshal(requestBody{KVConnect: c.mark()}))
+		if err != nil {
+			return nil, nil, err
+		}
+		return f.body, f.release, nil
 	}
 	b, err := c.meta.svc.Resolve(ctx, session)
 	if err != nil {
-		return nil, fmt.Errorf("connector: peer %s: %w", session, err)
+		return nil, nil, fmt.Errorf("connector: peer %s: %w", session, err)
 	}
-	return b, nil
+	return b, func() {}, nil
 }
 
 // rpcAddress is where session's RPC port is: the session itself when it

@@ -122,6 +122,13 @@ var listening = regexp.MustCompile(`listening on ([0-9.]+:[0-9]+)`)
 // it with SIGKILL.
 func mooncakeTarget(t *testing.T, c *connector.Connector) (session string, kill func()) {
 	t.Helper()
+	session, kill, _ = mooncakeTargetProc(t, c)
+	return session, kill
+}
+
+// mooncakeTargetProc is mooncakeTarget, with the target's process.
+func mooncakeTargetProc(t *testing.T, c *connector.Connector) (session string, kill func(), proc *os.Process) {
+	t.Helper()
 	bin := mooncakeBin(t, "transfer_engine_bench")
 	cmd := exec.Command(bin, "--mode=target", "--protocol=tcp", "--metadata_server=P2PHANDSHAKE",
 		"--local_server_name=127.0.0.1:12345", "--buffer_size=268435456")
@@ -168,7 +175,7 @@ func mooncakeTarget(t *testing.T, c *connector.Connector) (session string, kill 
 	for {
 		p, err := c.Open(context.Background(), session)
 		if err == nil && len(p.Regions()) > 0 {
-			return session, kill
+			return session, kill, cmd.Process
 		}
 		if err == nil {
 			p.Close(context.Background())

@@ -32,13 +32,14 @@ func (c *Connector) Notify(ctx context.Context, session, name, msg string) error
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	body := marshal(requestBody{KVConnect: c.mark(), Name: name, NotifyMsg: msg})
-	rb, err := c.request(ctx, session, frameNotify, body)
+	f, err := c.request(ctx, session, frameNotify, body)
 	if err != nil {
 		return err
 	}
+	defer f.release()
 	var reply notifyReply
-	if err := json.Unmarshal(rb, &reply); err != nil || reply.NotifyMsg == "" {
-		return fmt.Errorf("connector: notify %s: the peer did not accept it (reply %q): %w", session, rb, ErrPeerUnreachable)
+	if err := json.Unmarshal(f.body, &reply); err != nil || reply.NotifyMsg == "" {
+		return fmt.Errorf("connector: notify %s: the peer did not accept it (reply %q): %w", session, f.body, ErrPeerUnreachable)
 	}
 	return nil
 }

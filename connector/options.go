@@ -4,8 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports"
+	"github.com/kvconnect/kvconnect/transports/tcp"
 )
 
 // Option configures New.
@@ -28,6 +30,12 @@ func newOptions(opts []Option) options {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// The connector runs tcp in-process on request (and links it anyway
+	// for Mooncake endpoints): the catalog links no transport, so tcp's
+	// factory is registered here unless the caller's catalog has one.
+	if r, ok := o.catalog.Lookup(tcp.Name); !ok || r.New == nil {
+		o.catalog = o.catalog.WithFactory(tcp.Name, func() plugins.Transport { return tcp.New() })
+	}
 	return o
 }
 
@@ -36,7 +44,8 @@ func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithCatalog sets the transport catalog the node reads its transports'
 // default fallback chains and in-process factories from. Default:
-// transports.Builtin().
+// transports.Builtin(). Either way the node adds tcp's in-process factory
+// when the catalog has none.
 func WithCatalog(c *transports.Catalog) Option { return func(o *options) { o.catalog = c } }
 
 // WithInProcess runs the named transports inside this process, made by

@@ -182,16 +182,18 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 // connectPeer fetches session's descriptor and connects to it over the
 // first transport both sides have up.
 func (c *Connector) connectPeer(ctx context.Context, session string) (SegmentDescriptor, *regions.Index[BufferDescriptor], *activeTransport, plugins.PeerID, error) {
-	body, err := c.fetchDescriptor(ctx, session)
+	body, release, err := c.fetchDescriptor(ctx, session)
 	c.observe().Handshake(err)
 	if err != nil {
 		return SegmentDescriptor{}, nil, nil, 0, err
 	}
 	if string(body) == "null\n" || string(body) == "null" {
+		release()
 		// A Mooncake node answers null while it has no segment yet.
 		return SegmentDescriptor{}, nil, nil, 0, fmt.Errorf("connector: peer %s has no segment yet (it answered null: a Mooncake node that has registered no memory, or is still starting): %w", session, ErrPeerUnreachable)
 	}
 	d, buffers, err := decodeDescriptor(body)
+	release()
 	if err != nil {
 		return d, nil, nil, 0, fmt.Errorf("connector: peer %s: %w", session, err)
 	}

@@ -19,7 +19,11 @@ import (
 // own goroutine and must deliver its whole request within
 // handshakeTimeout, so idle, slow or hostile clients cannot hold the port
 // against real peers: when maxHandshakeConns connections are open, the one
-// that has waited longest for its request is dropped to make room.
+// that has waited longest for its request is dropped to make room. A
+// request's memory comes from the node's frameBudget as its bytes arrive,
+// so however many connections announce large frames, the node holds at
+// most max_handshake_memory for them, and small requests (every real
+// descriptor request) always find room.
 type rpcServer struct {
 	c    *Connector
 	ln   net.Listener
@@ -110,12 +114,20 @@ func (s *rpcServer) handle(nc net.Conn) {
 		delete(s.busy, nc)
 		s.mu.Unlock()
 	}()
-	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	start := time.Now()
+	nc.SetDeadline(start.Add(handshakeTimeout))
 	r, ok := s.open(nc)
 	if !ok {
 		return
 	}
-	typ, body, err := readFrame(r, s.max)
+	// The request's memory comes from the node's budget as its bytes
+	// arrive; waiting for room is bounded by the request's own deadline.
+	ctx, cancel := requestContext(start)
+	f, err := s.c.frames.readFrame(ctx, r, s.max, true)
+	cancel()
+	if f != nil {
+		defer f.release()
+	}
 	s.mu.Lock()
 	if _, ok := s.conns[nc]; !ok && s.busy != nil {
 		s.mu.Unlock()
@@ -127,6 +139,14 @@ func (s *rpcServer) handle(nc net.Conn) {
 	}
 	s.mu.Unlock()
 	nc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	if errors.Is(err, ErrResourceExhausted) {
+		s.c.observe().HandshakeRefused(metrics.HandshakeNoMemory)
+		s.warn.Warn("no-memory", "refused a handshake request: no room in max_handshake_memory within the request's timeout (many large requests at once: a flood?)",
+			zap.String("remote", nc.RemoteAddr().String()), zap.Error(err))
+		s.replyError(nc, err)
+		lingerClose(nc)
+		return
+	}
 	if err != nil {
 		s.warn.Info("bad-request", "dropped a handshake connection that sent no complete request", zap.String("remote", nc.RemoteAddr().String()), zap.Error(err))
 		if errors.Is(err, ErrProtocol) {
@@ -135,6 +155,7 @@ func (s *rpcServer) handle(nc net.Conn) {
 		}
 		return
 	}
+	typ, body := f.typ, f.body
 	var req requestBody
 	if err := json.Unmarshal(body, &req); err != nil {
 		s.c.observe().HandshakeRefused(metrics.HandshakeBadRequest)

@@ -58,6 +58,9 @@ type Status struct {
 	// MetricsAddress is the address the metrics endpoint listens on
 	// (metrics_address, with the port it bound), "" when it is off.
 	MetricsAddress string `json:"metrics_address,omitempty"`
+	// HandshakeMemory is what the node holds for handshake frames being
+	// received, against max_handshake_memory.
+	HandshakeMemory HandshakeMemory `json:"handshake_memory"`
 }
 
 // Status reports the transports up, how the chain got there and health.
@@ -70,6 +73,7 @@ func (c *Connector) Status() Status {
 		Attempts: append([]Attempt(nil), c.attempts...), Fallback: p.name != c.cfg.Protocol,
 		Regions: len(c.regions), Peers: len(c.peers), Healthy: !c.closed,
 		Notes: append([]string(nil), c.cfg.Notes...), Auth: c.auth.String(), MetricsAddress: c.metricsAddress(),
+		HandshakeMemory: c.frames.status(),
 	}
 	if c.hostnameNote != "" {
 		s.Notes = append(s.Notes, c.hostnameNote)

@@ -103,7 +103,10 @@ func (p *Peer) probeUntilAnswered() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), peerProbeTimeout)
-		_, err := c.request(ctx, p.session, frameProbe, marshal(requestBody{KVConnect: c.mark()}))
+		f, err := c.request(ctx, p.session, frameProbe, marshal(requestBody{KVConnect: c.mark()}))
+		if err == nil {
+			f.release()
+		}
 		cancel()
 		if err != nil {
 			continue

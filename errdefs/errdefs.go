@@ -64,6 +64,10 @@ var (
 	ErrNoCommonTransport = errors.New("no transport in common with the peer")
 	// ErrInternal is a bug: an invariant was broken.
 	ErrInternal = errors.New("internal error")
+	// ErrResourceExhausted means a bounded resource (the memory a node
+	// keeps for handshake frames, say) stayed full for as long as the
+	// request could wait.
+	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrAddressOverlap means memory to register overlaps memory already
 	// registered (Mooncake's ERR_ADDRESS_OVERLAPPED). It always comes
 	// wrapped together with ErrInvalidArgument.
@@ -95,6 +99,7 @@ var kinds = [...]struct {
 	{"unauthenticated", ErrUnauthenticated},
 	{"no_common_transport", ErrNoCommonTransport},
 	{"internal", ErrInternal},
+	{"resource_exhausted", ErrResourceExhausted},
 	{"address_overlap", ErrAddressOverlap},
 }
 

@@ -17,12 +17,16 @@ func (n *Node) Handshake(err error) { n.handshakes.WithLabelValues(kindLabel(err
 const (
 	HandshakeUnauthenticated = "unauthenticated"
 	HandshakeBadRequest      = "bad_request"
+	// HandshakeNoMemory: the request did not fit in max_handshake_memory
+	// within its timeout.
+	HandshakeNoMemory = "no_memory"
 )
 
 // HandshakeRefused records a handshake connection the RPC port refused,
-// with reason HandshakeUnauthenticated or HandshakeBadRequest.
+// with reason HandshakeUnauthenticated, HandshakeBadRequest or
+// HandshakeNoMemory.
 func (n *Node) HandshakeRefused(reason string) {
-	n.handshakeRefusals.WithLabelValues(oneOf(reason, []string{HandshakeUnauthenticated, HandshakeBadRequest})).Inc()
+	n.handshakeRefusals.WithLabelValues(oneOf(reason, []string{HandshakeUnauthenticated, HandshakeBadRequest, HandshakeNoMemory})).Inc()
 }
 
 // PeerSuspect records a peer that became suspect.

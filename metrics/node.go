@@ -80,7 +80,7 @@ func NewNode(src Source, opts Options) *Node {
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvconnect_handshakes_total",
 			Help: "Handshakes this node made to fetch a peer's segment descriptor (Open and reconnects), by result: ok or the error kind."}, []string{"result"}),
 		handshakeRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvconnect_handshake_refusals_total",
-			Help: "Handshake connections this node's RPC port refused, by reason (unauthenticated, bad_request)."}, []string{"reason"}),
+			Help: "Handshake connections this node's RPC port refused, by reason (unauthenticated, bad_request, no_memory)."}, []string{"reason"}),
 		suspects: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvconnect_peer_suspects_total",
 			Help: "Times a peer became suspect: a batch to it timed out on the node's own bounds."}),
 		fastFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvconnect_peer_fast_fails_total",
@@ -95,6 +95,7 @@ func NewNode(src Source, opts Options) *Node {
 	n.handshakes.WithLabelValues("ok")
 	n.handshakeRefusals.WithLabelValues(HandshakeUnauthenticated)
 	n.handshakeRefusals.WithLabelValues(HandshakeBadRequest)
+	n.handshakeRefusals.WithLabelValues(HandshakeNoMemory)
 	return n
 }
 

@@ -32,7 +32,7 @@ func DecodeOptions(transport string, raw []byte, dst any) error {
 	for _, k := range keys {
 		if _, ok := known[k]; !ok {
 			return fmt.Errorf("%s: unknown option transports.%s.%s%s; known options: %s: %w",
-				transport, transport, k, suggest(k, known), strings.Join(sortedKeys(known), ", "), ErrInvalidArgument)
+				transport, transport, k, didYouMean(k, known), strings.Join(sortedKeys(known), ", "), ErrInvalidArgument)
 		}
 	}
 	for _, k := range keys {
@@ -76,7 +76,7 @@ func sortedKeys(m map[string]reflect.StructField) []string {
 	return out
 }
 
-func suggest(k string, known map[string]reflect.StructField) string {
+func didYouMean(k string, known map[string]reflect.StructField) string {
 	best := Closest(k, sortedKeys(known))
 	if best == "" {
 		return ""

@@ -1,7 +1,7 @@
 // Package plugins is kvconnect's transport SDK: what a transport author
 // imports, and nothing else. It holds the Transport contract and its
 // types, the sentinels and InitError a transport returns, DecodeOptions
-// for a transport's options, Lifecycle (the state guard every transport
+// for a transport's options, Guard (the state guard every transport
 // needs), and Serve, which runs a transport as a plugin process.
 //
 // The host side (finding, launching, diagnosing and watching plugin

@@ -1,10 +1,16 @@
 // Package transports is the catalog of kvconnect's transports: one
 // Registration per transport (its name, what it needs, its default
-// fallback chain and, where it is pure Go, an in-process factory). Config
-// validation, the connector's fallback chain, probing, kvconnect doctor
-// and the CLI all read the same Catalog. A transport the catalog does not
-// know (a third party's) is still usable by name: its plugin binary,
-// kvconnect-transport-<name>, is looked for on disk.
+// fallback chain and, optionally, an in-process factory). The connector's
+// fallback chain, probing, kvconnect doctor and the CLI read the same
+// Catalog; configuration checks names against it through the small
+// interface it needs (config.TransportCatalog). A transport the catalog
+// does not know (a third party's) is still usable by name: its plugin
+// binary, kvconnect-transport-<name>, is looked for on disk.
+//
+// The catalog links no transport: Builtin has no factories, and whoever
+// runs a transport in-process adds one with WithFactory (the connector
+// adds tcp's), so importing this package costs no transport code and no
+// cgo.
 //
 // A Catalog is immutable and safe for concurrent use; With returns a new
 // one with entries added or replaced.
@@ -14,7 +20,7 @@ import (
 	"slices"
 
 	"github.com/kvconnect/kvconnect/plugins"
-	"github.com/kvconnect/kvconnect/transports/tcp"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // Registration describes one transport.
@@ -31,9 +37,10 @@ type Registration struct {
 	// leaves fallback unset (docs/FALLBACK.md says why).
 	Fallback []string
 	// New makes the transport inside the calling process. nil means it
-	// runs only as a plugin process; the native transports (rdma, ucx,
-	// efa, ascend) have no factory here so that embedding the connector
-	// links no cgo: add one with WithFactory and their package's New.
+	// runs only as a plugin process. Builtin has none: the connector adds
+	// tcp's, and an embedder that wants a native transport (rdma, ucx,
+	// efa, ascend) in-process adds one with WithFactory and their
+	// package's New, so that embedding the connector links no cgo.
 	New func() plugins.Transport
 }
 
@@ -42,23 +49,24 @@ type Catalog struct {
 	regs []Registration
 }
 
-// DefaultFallback is the chain after a transport the catalog does not know.
-var defaultFallback = []string{tcp.Name}
+// defaultFallback is the chain after a transport the catalog does not know.
+var defaultFallback = []string{names.TCP}
 
 // Builtin returns the catalog of the transports kvconnect ships, in the
-// order doctor lists them.
+// order doctor lists them (names.Builtin), without in-process factories.
 func Builtin() *Catalog {
+	tcp := []string{names.TCP}
 	return &Catalog{regs: []Registration{
-		{Name: "rdma", Summary: "InfiniBand / RoCE through UCX's RDMA lanes, after a preflight of the host",
-			Needs: "an RDMA NIC, libibverbs and UCX", Fallback: []string{tcp.Name}},
-		{Name: "ucx", Summary: "UCX one-sided RMA over the lanes UCX selects (shared memory, tcp, RDMA)",
-			Needs: "UCX (libucp)", Fallback: []string{tcp.Name}},
-		{Name: "efa", Summary: "AWS Elastic Fabric Adapter through libfabric RDM endpoints",
-			Needs: "an EFA device and libfabric", Fallback: []string{tcp.Name}},
-		{Name: "ascend", Summary: "Huawei Ascend NPUs (host probe and host:port:npu_N addressing; no NPU data path yet)",
-			Needs: "an Ascend NPU, its driver and CANN", Fallback: []string{tcp.Name}},
-		{Name: tcp.Name, Summary: "pure-Go TCP, several connections per peer; speaks Mooncake's TCP protocol too; the last fallback",
-			Fallback: []string{}, New: func() plugins.Transport { return tcp.New() }},
+		{Name: names.RDMA, Summary: "InfiniBand / RoCE through UCX's RDMA lanes, after a preflight of the host",
+			Needs: "an RDMA NIC, libibverbs and UCX", Fallback: tcp},
+		{Name: names.UCX, Summary: "UCX one-sided RMA over the lanes UCX selects (shared memory, tcp, RDMA)",
+			Needs: "UCX (libucp)", Fallback: tcp},
+		{Name: names.EFA, Summary: "AWS Elastic Fabric Adapter through libfabric RDM endpoints",
+			Needs: "an EFA device and libfabric", Fallback: tcp},
+		{Name: names.Ascend, Summary: "Huawei Ascend NPUs (host probe and host:port:npu_N addressing; no NPU data path yet)",
+			Needs: "an Ascend NPU, its driver and CANN", Fallback: tcp},
+		{Name: names.TCP, Summary: "pure-Go TCP, several connections per peer; speaks Mooncake's TCP protocol too; the last fallback",
+			Fallback: []string{}},
 	}}
 }
 

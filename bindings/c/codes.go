@@ -76,6 +76,8 @@ func codeOf(err error) int {
 		return codeNotImplemented
 	case errors.Is(err, errdefs.ErrUnavailable):
 		return codeUnavailable
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return codeTooManyRequests
 	case errors.Is(err, errdefs.ErrInternal):
 		return codeInternal
 	}

@@ -33,6 +33,8 @@ func Code(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, errdefs.ErrPeerUnreachable):
 		return codes.Unavailable
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return codes.ResourceExhausted
 	}
 	return codes.Unknown
 }

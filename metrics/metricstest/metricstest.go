@@ -1,4 +1,5 @@
-// Package metricstest scrapes and reads Prometheus metrics in tests: a
+// Package metricstest scrapes and reads Prometheus metrics in tests and
+// benchmarks (kvconnect bench reads its nodes' endpoints with it): a
 // real HTTP GET of a /metrics endpoint, parsed with the Prometheus text
 // parser (expfmt, UTF-8 name validation), and lookups of a series'
 // value by name and labels.
@@ -31,17 +32,23 @@ func Parse(r io.Reader) (Families, error) {
 	return fams, nil
 }
 
-// Scrape GETs url (http://host:port/metrics) and parses the answer.
+// Scrape GETs url (http://host:port/metrics) and parses the answer,
+// within 10 s.
 func Scrape(ctx context.Context, url string) (Families, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	return ScrapeWith(ctx, http.DefaultClient, url)
+}
+
+// ScrapeWith is Scrape with the caller's client and no bound but ctx's.
+func ScrapeWith(ctx context.Context, client *http.Client, url string) (Families, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("metricstest: GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -8,15 +8,16 @@ import (
 	"strings"
 
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/internal/pluginpath"
+	"github.com/kvconnect/kvconnect/internal/suggest"
 )
 
 // BinaryPrefix starts the name of every transport plugin executable:
 // kvconnect-transport-<name>.
-const BinaryPrefix = "kvconnect-transport-"
+const BinaryPrefix = pluginpath.BinaryPrefix
 
 // EnvPluginDir names a directory searched first for plugin binaries.
-const EnvPluginDir = "KVCONNECT_PLUGIN_DIR"
+const EnvPluginDir = pluginpath.EnvPluginDir
 
 // place is one path FindPlugin looks at, and why it looks there.
 type place struct {
@@ -34,31 +35,11 @@ func (p place) String() string {
 }
 
 // searchPlaces lists, in order and without duplicates, where
-// kvconnect-transport-<name> is looked for.
+// kvconnect-transport-<name> is looked for (package pluginpath).
 func searchPlaces(name, pluginDir string) []place {
-	bin := BinaryPrefix + name
 	var out []place
-	seen := map[string]bool{}
-	add := func(dir, source string) {
-		if dir == "" {
-			return
-		}
-		p := filepath.Join(dir, bin)
-		if seen[p] {
-			return
-		}
-		seen[p] = true
-		out = append(out, place{path: p, source: source})
-	}
-	add(pluginDir, "plugin_dir")
-	add(os.Getenv(EnvPluginDir), "$"+EnvPluginDir)
-	if exe, err := os.Executable(); err == nil {
-		add(filepath.Dir(exe), "beside the executable")
-	}
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		if filepath.IsAbs(d) { // like exec.LookPath, never run from a relative PATH entry
-			add(d, "$PATH")
-		}
+	for _, p := range pluginpath.Places(name, pluginDir) {
+		out = append(out, place{path: p.Path, source: p.Source})
 	}
 	return out
 }
@@ -188,4 +169,4 @@ func installedPlugins(places []place) []string {
 	return out
 }
 
-func closest(name string, names []string) string { return plugins.Closest(name, names) }
+func closest(name string, names []string) string { return suggest.Closest(name, names) }

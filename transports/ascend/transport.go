@@ -34,10 +34,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // Name is the transport's name in configs and descriptors.
-const Name = "ascend"
+const Name = names.Ascend
 
 // Version is the transport implementation's version.
 const Version = "0.1.0"

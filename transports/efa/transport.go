@@ -42,10 +42,11 @@ import (
 
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // Name is the transport's name in configs and descriptors.
-const Name = "efa"
+const Name = names.EFA
 
 // Version is the transport implementation's version.
 const Version = "0.1.0"

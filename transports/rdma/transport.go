@@ -40,10 +40,11 @@ import (
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // Name is the transport's name in configs and descriptors.
-const Name = "rdma"
+const Name = names.RDMA
 
 // Version is the transport implementation's version.
 const Version = "0.2.0"

@@ -15,20 +15,36 @@ import (
 // timeout while this process was stopped, a link cut): applying one now
 // would overwrite whatever the initiator wrote since.
 func abandoned(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
+	st, ok := tcpState(nc)
+	return ok && st != unix.BPF_TCP_ESTABLISHED
+}
+
+// peerReset reports whether the initiator reset nc (its RST arrived): it
+// aborted the connection, failing whatever it had not seen answered. A
+// FIN alone is not that: a Mooncake v1 client closes right after its
+// last WRITE's bytes left, expecting them applied.
+func peerReset(nc net.Conn) bool {
+	st, ok := tcpState(nc)
+	return ok && st == unix.BPF_TCP_CLOSE
+}
+
+// tcpState is nc's TCP state (TCP_INFO), ok false when unknown.
+func tcpState(nc net.Conn) (state uint8, ok bool) {
+	sc, isSC := nc.(syscall.Conn)
+	if !isSC {
+		return 0, false
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, false
 	}
-	gone := false
 	rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		gone = err == nil && info.State != unix.BPF_TCP_ESTABLISHED
+		if err == nil {
+			state, ok = info.State, true
+		}
 	})
-	return gone
+	return state, ok
 }
 
 // abortOnClose makes closing nc reset the connection instead of flushing

@@ -163,13 +163,21 @@ func (p *mcPeer) acquire(ctx context.Context) (*mcLane, error) {
 	return l, nil
 }
 
-// release returns a lane; a broken one is closed and comes back
-// unconnected.
+// release returns a lane; a broken one is reset and comes back
+// unconnected. A lane breaks with its request unfinished (a timeout, the
+// caller giving up, a cut link), and that request has failed: closing
+// the lane resets it, so the kernel drops what the peer has not received
+// instead of delivering it later (a link that comes back, a stopped peer
+// that resumes). Mooncake's protocol cannot cancel a request the peer
+// already received; see docs/RELIABILITY.md.
 func (p *mcPeer) release(l *mcLane, broken bool) {
 	p.mu.Lock()
 	delete(p.busy, l)
 	closed := p.closed != nil
 	p.mu.Unlock()
+	if broken {
+		abortOnClose(l.nc)
+	}
 	if broken || closed {
 		l.nc.Close()
 		l = nil
@@ -188,7 +196,8 @@ func (p *mcPeer) close(err error) {
 	}
 	p.mu.Unlock()
 	for _, l := range busy {
-		l.nc.Close() // a request in flight fails at once
+		abortOnClose(l.nc) // a request in flight fails at once, and must not land later
+		l.nc.Close()
 	}
 	for {
 		select {

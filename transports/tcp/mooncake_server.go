@@ -55,6 +55,20 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 			}
 			return
 		}
+		if h.Write && (peerReset(tc.nc) || (h.V2 && abandoned(tc.nc))) {
+			// The initiator gave up on this WRITE before it was read (this
+			// process was stopped, say): it has failed there, and applying
+			// it now would overwrite what was written since. A v2 client
+			// waits for the WRITE's status, so any close before it is a
+			// give-up; a v1 client closes (FIN) right after sending, so
+			// only a reset is (kvconnect's initiator resets a lane it
+			// gives up on).
+			release()
+			t.served.op(true, resFailed, h.Size)
+			t.warn.Info("mooncake-abandoned", "tcp: dropped a Mooncake WRITE whose initiator had closed the connection before it was read",
+				zap.String("remote", remote), zap.Uint64("addr", h.Addr), zap.Uint64("size", h.Size))
+			return
+		}
 		if h.Write {
 			mc.writing.Store(true)
 		} else if !h.V2 {

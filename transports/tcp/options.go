@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -51,6 +52,34 @@ func DefaultOptions() Options {
 		Mooncake:       true,
 		MooncakeLanes:  8,
 	}
+}
+
+// ParseOptions reads a configuration's transports.tcp subtree (nil for
+// none) as Init does: defaults for the keys it leaves out, every key
+// known, every value of the right type and in range. The error wraps
+// plugins.ErrInvalidArgument and names the key.
+func ParseOptions(subtree map[string]any) (Options, error) {
+	var raw []byte
+	if subtree != nil {
+		var err error
+		if raw, err = json.Marshal(subtree); err != nil {
+			return Options{}, fmt.Errorf("tcp: options (transports.tcp) cannot be encoded as JSON: %v: %w", err, plugins.ErrInvalidArgument)
+		}
+	}
+	return decodeOptions(raw)
+}
+
+// decodeOptions decodes Init's options JSON over the defaults and checks
+// them.
+func decodeOptions(raw []byte) (Options, error) {
+	opts := DefaultOptions()
+	if err := plugins.DecodeOptions(Name, raw, &opts); err != nil {
+		return Options{}, err
+	}
+	if err := opts.validate(); err != nil {
+		return Options{}, err
+	}
+	return opts, nil
 }
 
 func (o Options) validate() error {

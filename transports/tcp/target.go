@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -115,14 +114,27 @@ func (tc *targetConn) serve() {
 		return
 	}
 	t.order.remove(tc.mc) // kvconnect's framing has its own acknowledgments
-	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first[:]), tc.nc), readBufferSize)
-	fw := newFrameWriter(tc.nc)
-	defer fw.discard()
+	// The first header is read unbuffered into a fixed array: the
+	// connection's buffers are allocated once it sent a valid request,
+	// so idle and garbage connections hold none.
 	var hb [wire.HeaderSize]byte
+	copy(hb[:], first[:])
+	if _, err := io.ReadFull(tc.nc, hb[len(first):]); err != nil {
+		return
+	}
+	var br *bufio.Reader
+	var fw *frameWriter
+	defer func() {
+		if fw != nil {
+			fw.discard()
+		}
+	}()
 	var h wire.Header
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			return // peer closed or connection broke
+		if br != nil {
+			if _, err := io.ReadFull(br, hb[:]); err != nil {
+				return // peer closed or connection broke
+			}
 		}
 		if err := h.Decode(hb[:]); err != nil || h.Op.IsResponse() {
 			if err == nil {
@@ -131,6 +143,9 @@ func (tc *targetConn) serve() {
 			t.served.refusal(refBadRequest)
 			t.warn.Warn("malformed", "tcp: dropping a connection after a malformed request", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err))
 			return
+		}
+		if br == nil {
+			br, fw = bufio.NewReaderSize(tc.nc, readBufferSize), newFrameWriter(tc.nc)
 		}
 		resp := wire.Header{ReqID: h.ReqID}
 		switch h.Op {

@@ -25,10 +25,11 @@ import (
 	"github.com/kvconnect/kvconnect/internal/ratelog"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
+	"github.com/kvconnect/kvconnect/transports/names"
 )
 
 // Name is the transport's name in configs and descriptors.
-const Name = "tcp"
+const Name = names.TCP
 
 // Version is the transport implementation's version.
 const Version = "0.1.0"
@@ -80,11 +81,8 @@ func (t *Transport) Info(ctx context.Context) (plugins.Info, error) {
 
 // Init parses the options, binds the data listener and starts serving.
 func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.InitResult, error) {
-	opts := DefaultOptions()
-	if err := plugins.DecodeOptions(Name, req.Options, &opts); err != nil {
-		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
-	}
-	if err := opts.validate(); err != nil {
+	opts, err := decodeOptions(req.Options)
+	if err != nil {
 		return plugins.InitResult{}, initError(plugins.StepConfigure, err.Error(), err)
 	}
 	if err := t.guard.BeginInit(Name); err != nil {

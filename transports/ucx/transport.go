@@ -11,10 +11,13 @@
 // worked around.
 package ucx
 
-import "github.com/kvconnect/kvconnect/transports/internal/ucxpath"
+import (
+	"github.com/kvconnect/kvconnect/transports/internal/ucxpath"
+	"github.com/kvconnect/kvconnect/transports/names"
+)
 
 // Name is the transport's name in configs and descriptors.
-const Name = "ucx"
+const Name = names.UCX
 
 // Version is the transport implementation's version.
 const Version = "0.1.0"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/transports/tcp"
 	"github.com/kvconnect/kvconnect/units"
 )
 
@@ -140,18 +141,21 @@ func TestPattern(t *testing.T) {
 	}
 }
 
+// TestTCPConnections: the suite reads transports.tcp.connections as the
+// tcp transport does (its default, its types, its range): a value the
+// transport would refuse is refused before anything starts.
 func TestTCPConnections(t *testing.T) {
 	for _, tc := range []struct {
 		v    any
 		want int
 		bad  bool
 	}{
-		{nil, 4, false}, {int64(8), 8, false}, {8, 8, false}, {float64(2), 2, false}, {"16", 16, false},
-		{float64(2.5), 0, true}, {"many", 0, true}, {int64(0), 0, true}, {int64(65), 0, true},
+		{nil, tcp.DefaultOptions().Connections, false}, {int64(8), 8, false}, {8, 8, false}, {float64(2), 2, false},
+		{"16", 0, true}, {float64(2.5), 0, true}, {"many", 0, true}, {int64(0), 0, true}, {int64(65), 0, true},
 	} {
 		cfg := connector.Config{}
 		if tc.v != nil {
-			cfg.Transports = map[string]map[string]any{"tcp": {"connections": tc.v}}
+			cfg.Transports = map[string]map[string]any{tcp.Name: {"connections": tc.v}}
 		}
 		n, err := TCPConnections(cfg)
 		if tc.bad != (err != nil) || n != tc.want {

@@ -12,11 +12,8 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/metrics/metricstest"
 	"github.com/kvconnect/kvconnect/units"
 )
 
@@ -73,29 +70,6 @@ func metricsURL(addr string) string {
 	return "http://" + addr + "/metrics"
 }
 
-// scrapeText GETs url and reads the Prometheus text format.
-func scrapeText(ctx context.Context, client *http.Client, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return nil, fmt.Errorf("scraping %s: %s: %s", url, resp.Status, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	return fams, nil
-}
-
 // ReadNodeMetrics scrapes c's metrics endpoint (metrics_address) and
 // returns its transfer counters; nil when c has no endpoint.
 func ReadNodeMetrics(ctx context.Context, c *connector.Connector) (*NodeMetrics, error) {
@@ -103,9 +77,7 @@ func ReadNodeMetrics(ctx context.Context, c *connector.Connector) (*NodeMetrics,
 	if addr == "" {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	fams, err := scrapeText(ctx, http.DefaultClient, metricsURL(addr))
+	fams, err := metricstest.Scrape(ctx, metricsURL(addr))
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +140,7 @@ func (b *metricsBencher) run(ctx context.Context, w Workload, p *Progress, label
 				}
 			}
 			for _, u := range urls {
-				if _, err := scrapeText(sctx, b.client, u); err != nil && sctx.Err() == nil && scrapeErr == nil {
+				if _, err := metricstest.ScrapeWith(sctx, b.client, u); err != nil && sctx.Err() == nil && scrapeErr == nil {
 					scrapeErr = err
 				}
 			}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/transports/tcp"
 )
 
 // Mooncake's own transfer_engine_bench, run unmodified as a variant of the
@@ -197,7 +198,7 @@ func (m *mooncakeInitiator) run(ctx context.Context, w Workload, p *Progress, la
 	dur, _ := strconv.ParseFloat(string(mm[1]), 64)
 	batches, _ := strconv.ParseUint(string(mm[2]), 10, 64)
 	ops := batches * uint64(w.BatchSize)
-	r := Result{Transport: "tcp", Mode: "Mooncake TE", Peer: m.session, Bytes: ops * uint64(w.BlockSize), Ops: ops, Batches: batches, PluginPIDs: pids}
+	r := Result{Transport: tcp.Name, Mode: "Mooncake TE", Peer: m.session, Bytes: ops * uint64(w.BlockSize), Ops: ops, Batches: batches, PluginPIDs: pids}
 	if cmd.ProcessState != nil {
 		r.HostCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	}

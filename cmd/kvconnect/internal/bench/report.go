@@ -9,7 +9,7 @@ import (
 	"github.com/kvconnect/kvconnect/units"
 )
 
-// Targets of issue 7, checked against the suite's medians.
+// targets are the goals of issue 7, checked against the suite's medians.
 var targets = []struct {
 	variant  string
 	op       Operation

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvconnect/kvconnect/internal/soak"
 	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/test/soak"
 )
 
 var (
