@@ -61,19 +61,11 @@ const MaxRegionSize = shm.MaxSize
 // Alloc allocates a shared-memory region of size bytes (a sealed memfd),
 // registers it with every transport up and publishes it to peers.
 func (c *Connector) Alloc(ctx context.Context, size int) (*Region, error) {
-	if err := c.usable(); err != nil {
+	rs, err := c.AllocBatch(ctx, []int{size})
+	if err != nil {
 		return nil, err
 	}
-	if size <= 0 || size > MaxRegionSize {
-		return nil, fmt.Errorf("connector: Alloc(%d): size must be between 1 byte and %s: %w", size, units.FormatSize(MaxRegionSize), ErrInvalidArgument)
-	}
-	id := c.newRegionID()
-	name := fmt.Sprintf("region-%d", id)
-	piece, err := c.pool.Alloc(name, size)
-	if err != nil {
-		return nil, fmt.Errorf("connector: Alloc(%s): %w", units.FormatSize(uint64(size)), err)
-	}
-	return c.register(ctx, id, name, piece.Bytes(), piece.File(), piece.FileOffset(), func() { piece.Free() })
+	return rs[0], nil
 }
 
 // AllocBatch allocates one region per size, as Alloc does, all or none,
@@ -84,21 +76,21 @@ func (c *Connector) AllocBatch(ctx context.Context, sizes []int) ([]*Region, err
 		return nil, err
 	}
 	regions := make([]*Region, 0, len(sizes))
+	fail := func(err error) ([]*Region, error) {
+		for _, r := range regions {
+			r.release()
+		}
+		return nil, err
+	}
 	for i, size := range sizes {
 		if size <= 0 || size > MaxRegionSize {
-			for _, r := range regions {
-				r.release()
-			}
-			return nil, fmt.Errorf("connector: AllocBatch: size %d of %d is %d: must be between 1 byte and %s: %w", i+1, len(sizes), size, units.FormatSize(MaxRegionSize), ErrInvalidArgument)
+			return fail(fmt.Errorf("connector: Alloc: size %d of %d is %d: must be between 1 byte and %s: %w", i+1, len(sizes), size, units.FormatSize(MaxRegionSize), ErrInvalidArgument))
 		}
 		id := c.newRegionID()
 		name := fmt.Sprintf("region-%d", id)
 		piece, err := c.pool.Alloc(name, size)
 		if err != nil {
-			for _, r := range regions {
-				r.release()
-			}
-			return nil, fmt.Errorf("connector: AllocBatch: size %d of %d (%s): %w", i+1, len(sizes), units.FormatSize(uint64(size)), err)
+			return fail(fmt.Errorf("connector: Alloc(%s): %w", units.FormatSize(uint64(size)), err))
 		}
 		regions = append(regions, c.newRegion(id, name, piece.Bytes(), piece.File(), piece.FileOffset(), func() { piece.Free() }))
 	}
