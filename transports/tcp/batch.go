@@ -164,7 +164,7 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 	}
 	start := int(p.rr.Add(uint32(len(chunks))))
 	for k := range chunks {
-		t.send(ctx, p, start+k, &chunks[k])
+		t.send(ctx, p, start+k, &chunks[k], len(chunks) == 1 && len(chunks[k].local) <= directWriteMax)
 	}
 	select {
 	case <-b.done:
@@ -190,8 +190,13 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 	return fmt.Errorf("tcp: batch to peer %s: %w", p.name, cerr)
 }
 
-// send queues a chunk on a healthy connection, redialing if needed.
-func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk) {
+// directWriteMax bounds the chunk a caller writes itself (conn.enqueue):
+// small enough to go into an idle socket's buffer at once.
+const directWriteMax = smallPayload
+
+// send queues a chunk on a healthy connection, redialing if needed;
+// direct: the batch's only chunk, which the caller may write itself.
+func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk, direct bool) {
 	var err error
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		var c *conn
@@ -199,7 +204,7 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk) {
 		if err != nil {
 			break
 		}
-		if c.enqueue(ch) {
+		if c.enqueue(ctx, ch, direct) {
 			return
 		}
 		err = fmt.Errorf("tcp: connection to peer %s broke: %w", p.name, plugins.ErrPeerUnreachable)

@@ -29,8 +29,9 @@ type conn struct {
 	head    int
 	sent    int
 	err     error // non-nil once broken
-	writing bool  // the sender is writing chunks it took from the queue
+	writing bool  // a writer (the sender, or a caller writing its lone chunk) is writing chunks it took from the queue
 	nextReq uint64
+	fw      *frameWriter // used by the writer of the moment only
 
 	progress  atomic.Uint64 // responses received; read by the watchdog
 	lastSeen  uint64        // watchdog-only
@@ -40,7 +41,7 @@ type conn struct {
 }
 
 func newConn(p *peer, nc net.Conn) *conn {
-	c := &conn{p: p, nc: nc}
+	c := &conn{p: p, nc: nc, fw: newFrameWriter(nc)}
 	c.cond.L = &c.mu
 	c.wg.Add(2)
 	go c.sendLoop()
@@ -54,8 +55,13 @@ func (c *conn) broken() bool {
 	return c.err != nil
 }
 
-// enqueue queues ch for sending; false if the conn is broken.
-func (c *conn) enqueue(ch *chunk) bool {
+// enqueue queues ch for sending; false if the conn is broken. With
+// direct set (a batch of one small chunk) and nothing else waiting to be
+// written, the caller writes the chunk itself instead of handing it to
+// the sender goroutine: one goroutine hand-off less for a small op. That
+// write is bounded by ctx's deadline: past it the connection breaks (the
+// chunk and the requests behind it fail, and nothing given up lands later).
+func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) bool {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -64,9 +70,52 @@ func (c *conn) enqueue(ch *chunk) bool {
 	c.nextReq++
 	ch.reqID = c.nextReq
 	c.queue = append(c.queue, ch)
+	if !direct || c.writing || c.sent != len(c.queue)-1 {
+		c.mu.Unlock()
+		c.cond.Signal()
+		return true
+	}
+	c.sent = len(c.queue)
+	c.writing = true
 	c.mu.Unlock()
-	c.cond.Signal()
+	if d, ok := ctx.Deadline(); ok {
+		c.nc.SetWriteDeadline(d)
+	}
+	werr := c.write([]*chunk{ch})
+	c.nc.SetWriteDeadline(time.Time{})
+	c.mu.Lock()
+	c.writing = false
+	c.mu.Unlock()
+	c.cond.Broadcast() // the sender may have chunks queued meanwhile; fail may wait
+	if werr != nil {
+		c.fail(c.p.brokenErr("send", werr))
+	}
 	return true
+}
+
+// write writes chunks as one burst (the target answers it in one write).
+// The caller is the writer: it set writing.
+func (c *conn) write(batch []*chunk) error {
+	var werr error
+	var h wire.Header
+	for i, ch := range batch {
+		h = wire.Header{Op: ch.op, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
+		if i == len(batch)-1 {
+			h.Status = wire.FlagFlush // the target answers this burst in one write
+		}
+		var payload []byte
+		if ch.op == wire.OpWrite {
+			payload = ch.local
+		}
+		if werr = c.fw.frame(&h, payload, nil); werr != nil {
+			break
+		}
+	}
+	if werr == nil {
+		return c.fw.flush()
+	}
+	c.fw.discard()
+	return werr
 }
 
 // fail breaks the connection: every queued chunk fails with err. It waits
@@ -108,12 +157,10 @@ func (c *conn) close(err error) {
 
 func (c *conn) sendLoop() {
 	defer c.wg.Done()
-	fw := newFrameWriter(c.nc)
 	var batch []*chunk
-	var h wire.Header
 	for {
 		c.mu.Lock()
-		for c.sent == len(c.queue) && c.err == nil {
+		for (c.sent == len(c.queue) || c.writing) && c.err == nil {
 			c.cond.Wait()
 		}
 		if c.err != nil {
@@ -124,25 +171,7 @@ func (c *conn) sendLoop() {
 		c.sent = len(c.queue)
 		c.writing = true
 		c.mu.Unlock()
-		var werr error
-		for i, ch := range batch {
-			h = wire.Header{Op: ch.op, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
-			if i == len(batch)-1 {
-				h.Status = wire.FlagFlush // the target answers this burst in one write
-			}
-			var payload []byte
-			if ch.op == wire.OpWrite {
-				payload = ch.local
-			}
-			if werr = fw.frame(&h, payload, nil); werr != nil {
-				break
-			}
-		}
-		if werr == nil {
-			werr = fw.flush()
-		} else {
-			fw.discard()
-		}
+		werr := c.write(batch)
 		clear(batch)
 		c.mu.Lock()
 		c.writing = false
