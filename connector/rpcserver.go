@@ -179,6 +179,9 @@ func (s *rpcServer) handle(nc net.Conn) {
 		if !kv {
 			s.c.log.Debug("serving a Mooncake peer's metadata request", zap.String("remote", nc.RemoteAddr().String()))
 		}
+		// Building a descriptor of many regions takes a while on a loaded
+		// host: the write's own bound starts once it is built.
+		nc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 		writeFrame(nc, frameMetadata, b)
 	case frameNotify:
 		n := Notification{Name: req.Name, Msg: req.NotifyMsg}
