@@ -100,6 +100,7 @@ export KVCONNECT_MOONCAKE_BIN ?= $(MOONCAKE_BIN_DEFAULT)
 BENCH_ROUNDS ?= 5
 .PHONY: bench
 bench: build
+	gcc -O2 -Wall -o $(BIN)/kvconnect-pingpong cmd/kvconnect/internal/bench/floor/pingpong.c
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 	$(PY_PYTHON) python/bench/bench_engine.py --bin $(BIN) --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 

@@ -31,7 +31,7 @@ type benchFlags struct {
 	batch, threads, rounds, corrupt                                   int
 	seed                                                              uint64
 	asJSON, verify, inProcess, suite, rawServer                       bool
-	out, cpuProfile, mooncakeBin                                      string
+	out, cpuProfile, mooncakeBin, floorBin                            string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -71,7 +71,7 @@ config flags, file and environment (--protocol, --plugin-dir, --set
 transports.tcp.connections=8, ...). Flags may also be written Mooncake's
 way, with underscores (--block_size). With --suite, --duration, --warmup,
 --buffer-size, --block-size and --operation have suite defaults (1s, 200ms,
-threads x batch x the largest block, 64KiB,1MiB, write,read) and the last
+threads x batch x the largest block, 16KiB,64KiB,1MiB, write,read) and the last
 two take comma-separated lists.
 A live progress line goes to a terminal's stderr; nothing when piped.`,
 		Example: `  kvconnect bench --operation write --block-size 1MiB --duration 5s
@@ -97,6 +97,7 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl.BoolVar(&f.verify, "verify", false, "check the data moved (see above)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the verification pattern")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run the tcp transport inside this process instead of as a plugin")
+	fl.StringVar(&f.floorBin, "floor-bin", "", "with --suite: the C ping-pong (cmd/kvconnect/internal/bench/floor/pingpong.c, built by make bench) measuring a small op's floor between two processes (default: kvconnect-pingpong beside this binary)")
 	fl.BoolVar(&f.suite, "suite", false, "run the benchmark suite (see above)")
 	fl.IntVar(&f.rounds, "rounds", 5, "suite rounds")
 	fl.StringVar(&f.out, "out", "", "with --suite: also write the report (with the machine description and commands) to this markdown file")
@@ -440,6 +441,14 @@ func runSuite(cmd *cobra.Command, f *benchFlags) error {
 	so.Command = commandLine()
 	if exe, err := os.Executable(); err == nil {
 		so.RawServer = []string{exe, "bench", "--raw-server"}
+		so.TargetServer = []string{exe, "bench", "--mode", "target", "--hostname", "127.0.0.1", "--log-level", "error"}
+		if so.Config.PluginDir != "" {
+			so.TargetServer = append(so.TargetServer, "--plugin-dir", so.Config.PluginDir)
+		}
+		so.FloorC = f.floorBin
+		if so.FloorC == "" {
+			so.FloorC = filepath.Join(filepath.Dir(exe), "kvconnect-pingpong")
+		}
 	}
 	so.MooncakeBin = f.mooncakeBin
 	if so.MooncakeBin == "" {
@@ -462,9 +471,11 @@ func runSuite(cmd *cobra.Command, f *benchFlags) error {
 		res.WriteMarkdown(out, false)
 	}
 	if f.out != "" {
-		var b strings.Builder
-		res.WriteMarkdown(&b, true)
-		if err := os.WriteFile(f.out, []byte(b.String()), 0o644); err != nil {
+		old, err := os.ReadFile(f.out)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("--out %s: %w", f.out, err)
+		}
+		if err := os.WriteFile(f.out, []byte(res.MergePerfDoc(string(old))), 0o644); err != nil {
 			return fmt.Errorf("--out %s: %w", f.out, err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "kvconnect bench: wrote %s\n", f.out)

@@ -117,17 +117,24 @@ def mooncake_bench(binary, session, op, block, batch, seconds, pool):
     return {"gb_per_s": gbps, "mean_us": dur / max(batches, 1) * 1e6}
 
 
-def machine():
-    cpu = "unknown CPU"
+def cpu_model():
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            if line.split(":", 1)[0].strip() == "model name":
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} vCPUs, Linux {platform.release()}, Python {platform.python_version()}, "
-            f"load average at start {os.getloadavg()[0]:.2f}")
+    return "unknown"
+
+
+def machine_key():
+    """The machine type, as kvconnect bench names it (MachineKey)."""
+    return f"{cpu_model()} x{len(os.sched_getaffinity(0))}"
+
+
+def machine():
+    return (f"{cpu_model()}, {len(os.sched_getaffinity(0))} vCPUs, Linux {platform.release()}, Python "
+            f"{platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}")
 
 
 def med(xs):
@@ -208,7 +215,7 @@ def main():
         return med([x - y for x, y in zip(r[a], r[b])])
 
     n = args.rounds
-    lines = [BEGIN, "", "## The Python engine (kvconnect.TransferEngine)", "",
+    lines = [BEGIN, "", "### The Python engine (kvconnect.TransferEngine)", "",
              f"Measured {started} on {who}: `python3 python/bench/bench_engine.py` ({n} rounds of {d:g} s per "
              "measurement, variants alternating within each round; medians, and medians of same-round ratios). "
              "Target: one Go node (`kvconnect bench --mode target`), tcp as a plugin on both sides, loopback; "
@@ -239,13 +246,26 @@ def main():
     section = "\n".join(lines) + "\n"
     print(section)
     if args.out:
-        text = open(args.out).read() if os.path.exists(args.out) else ""
-        if BEGIN in text and END in text:
-            text = text[:text.index(BEGIN)] + section.rstrip("\n") + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-        with open(args.out, "w") as f:
-            f.write(text)
+        write_section(args.out, section)
+
+
+def write_section(path, section):
+    """Puts section into this machine's section of the performance
+    document (kvconnect bench --suite --out makes it), replacing an earlier
+    Python part there; a machine without a section gets one."""
+    text = open(path).read() if os.path.exists(path) else ""
+    key = machine_key()
+    begin, end = f"<!-- machine: {key} -->", f"<!-- /machine: {key} -->"
+    if begin not in text or end not in text:
+        text = text.rstrip("\n") + f"\n\n{begin}\n## Machine type: {key}\n\n{end}\n"
+    i, j = text.index(begin), text.index(end)
+    part = text[i:j]
+    if BEGIN in part and END in part:
+        part = part[:part.index(BEGIN)] + section.rstrip("\n") + part[part.index(END) + len(END):]
+    else:
+        part = part.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    with open(path, "w") as f:
+        f.write(text[:i] + part + text[j:])
 
 
 if __name__ == "__main__":

@@ -187,9 +187,13 @@ func (m *mooncakeInitiator) run(ctx context.Context, w Workload, p *Progress, la
 	out, err := cmd.CombinedOutput()
 	p.Clear()
 	after, _ := snapshotCPU(pids)
+	timeWait := countTimeWait()
 	mm := mooncakeCompleted.FindSubmatch(out)
 	if err != nil || mm == nil {
 		var ee *exec.ExitError
+		if bytes.Contains(out, []byte("Cannot assign requested address")) || bytes.Contains(out, []byte("EADDRNOTAVAIL")) {
+			return Result{}, fmt.Errorf("transfer_engine_bench ran out of ephemeral ports (connect: Cannot assign requested address): %d sockets in TIME-WAIT; its default opens a TCP connection per request, and Linux reuses TIME-WAIT ports for new connections only on loopback (net.ipv4.tcp_tw_reuse=2): exit %v", timeWait, err)
+		}
 		if errors.As(err, &ee) || err == nil {
 			return Result{}, fmt.Errorf("transfer_engine_bench exited %v: %s", err, lastLine(out))
 		}
@@ -198,7 +202,7 @@ func (m *mooncakeInitiator) run(ctx context.Context, w Workload, p *Progress, la
 	dur, _ := strconv.ParseFloat(string(mm[1]), 64)
 	batches, _ := strconv.ParseUint(string(mm[2]), 10, 64)
 	ops := batches * uint64(w.BatchSize)
-	r := Result{Transport: tcp.Name, Mode: "Mooncake TE", Peer: m.session, Bytes: ops * uint64(w.BlockSize), Ops: ops, Batches: batches, PluginPIDs: pids}
+	r := Result{Transport: tcp.Name, Mode: "Mooncake TE", Peer: m.session, Bytes: ops * uint64(w.BlockSize), Ops: ops, Batches: batches, PluginPIDs: pids, TimeWait: timeWait}
 	if cmd.ProcessState != nil {
 		r.HostCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	}
@@ -247,4 +251,23 @@ func (b nodeBencher) close() error {
 		b.stop()
 	}
 	return err
+}
+
+// countTimeWait counts this host's TCP sockets in TIME-WAIT (state 06 in
+// /proc/net/tcp and tcp6): what a connection-per-request client leaves
+// behind, and what exhausts ephemeral ports.
+func countTimeWait() int {
+	n := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range bytes.Split(b, []byte("\n"))[1:] {
+			if fs := bytes.Fields(line); len(fs) > 3 && string(fs[3]) == "06" {
+				n++
+			}
+		}
+	}
+	return n
 }

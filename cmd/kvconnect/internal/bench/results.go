@@ -16,6 +16,8 @@ type VariantStatus struct {
 	Detail    string `json:"detail,omitempty"` // e.g. tls=sm
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"` // why not
+	// LatencyOnly variants measure only the single-op latency workload.
+	LatencyOnly bool `json:"latency_only,omitempty"`
 }
 
 // Cell is one variant's measurements of one workload, one per round.

@@ -43,6 +43,16 @@ type SuiteOptions struct {
 	// ends in this process is shown beside it; without it, the latter is
 	// the baseline.
 	RawServer []string
+	// TargetServer is the argv of a kvconnect node process (kvconnect
+	// bench --mode target --hostname 127.0.0.1 ...; RunSuite appends
+	// --buffer-size, --json and, for the in-process variant,
+	// --in-process): with it the suite also runs the two-process variants,
+	// an initiator node here and its target in that process, as deployed.
+	TargetServer []string
+	// FloorC is the C ping-pong binary (floor/pingpong.c): with it the
+	// single-op latency table has the floor of a small op between two
+	// processes on this machine.
+	FloorC string
 	// MooncakeBin is a directory holding Mooncake's transfer_engine_bench:
 	// the suite then runs it, unmodified, as Mooncake → Mooncake (the
 	// peer to beat), Mooncake → kvconnect and kvconnect → Mooncake, each
@@ -60,7 +70,7 @@ type SuiteOptions struct {
 func DefaultSuiteOptions() SuiteOptions {
 	return SuiteOptions{
 		Rounds: 5, Duration: time.Second, Warmup: 200 * time.Millisecond, Threads: 4, BatchSize: 128,
-		BlockSizes: []int{64 << 10, 1 << 20}, Ops: []Operation{Write, Read},
+		BlockSizes: []int{16 << 10, 64 << 10, 1 << 20}, Ops: []Operation{Write, Read},
 		LatencyBlock: 4 << 10, FallbackSamples: 2,
 	}
 }
@@ -250,6 +260,9 @@ func (r *suiteRun) layout() {
 		if s.Name == VariantTCPMetrics {
 			continue
 		}
+		if s.LatencyOnly {
+			continue
+		}
 		for _, w := range r.workloads {
 			c := r.cell(&res.Cells, s.Name, w)
 			if !s.Available {
@@ -290,7 +303,8 @@ func (r *suiteRun) round(round int) error {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			if l := r.live[(j+round)%len(r.live)]; r.res.Variants[l.idx].Name != VariantTCPMetrics {
+			l := r.live[(j+round)%len(r.live)]
+			if st := r.res.Variants[l.idx]; st.Name != VariantTCPMetrics && (w.BatchSize == 1 || !st.LatencyOnly) {
 				r.measure(round, l, w)
 			}
 		}

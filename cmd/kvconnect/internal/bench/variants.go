@@ -24,8 +24,15 @@ const (
 	VariantTCPPlugin = "tcp plugin"
 	// VariantTCPMetrics is VariantTCPPlugin with both nodes' metrics
 	// endpoints on (metrics_address), scraped every ScrapeInterval.
-	VariantTCPMetrics  = "tcp plugin, metrics on"
-	VariantTCPInProc   = "tcp in-process"
+	VariantTCPMetrics = "tcp plugin, metrics on"
+	VariantTCPInProc  = "tcp in-process"
+	// The two-process variants: the initiator node in this process, the
+	// target node in a process of its own (as deployed), tcp as a plugin
+	// on both sides or in-process on both.
+	VariantTCPPlugin2P = "tcp plugin, 2 processes"
+	VariantTCPInProc2P = "tcp in-process, 2 processes"
+	// VariantFloorC is the C ping-pong between two processes: the floor.
+	VariantFloorC      = "C TCP ping-pong, 2 processes"
 	VariantUCXPlugin   = "ucx plugin"
 	VariantEFAPlugin   = "efa plugin"
 	VariantMCtoMC      = "Mooncake → Mooncake"
@@ -147,6 +154,26 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 		{required: true, status: VariantStatus{Name: VariantTCPInProc, Transport: tcp.Name, Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict(tcp.Name, nil), tcp.Name, nodeOpts(InProcessTCP()))},
 	}...)
+	if len(o.TargetServer) > 0 {
+		for _, v := range []struct {
+			name, mode string
+			inProc     bool
+		}{{VariantTCPPlugin2P, "plugin", false}, {VariantTCPInProc2P, "in-process", true}} {
+			inProc := v.inProc
+			vs = append(vs, variantSetup{required: true,
+				status: VariantStatus{Name: v.name, Transport: tcp.Name, Mode: v.mode + ", 2 processes",
+					Detail: fmt.Sprintf("%d connections; the target node is a process of its own (kvconnect bench --mode target)", conns)},
+				start: func(ctx context.Context) (bencher, error) {
+					return o.startTwoProcess(ctx, strict(tcp.Name, nil), inProc, nodeOpts())
+				}})
+		}
+	}
+	if o.FloorC != "" {
+		vs = append(vs, variantSetup{
+			status: VariantStatus{Name: VariantFloorC, Transport: "raw", Mode: "C, 2 processes", LatencyOnly: true,
+				Detail: "blocking read/write on one loopback TCP connection (floor/pingpong.c)"},
+			start: func(context.Context) (bencher, error) { return startFloor(o.FloorC) }})
+	}
 	// Transports built by others: run them when their plugin is here and
 	// comes up with shared-memory / loopback-capable options.
 	type alt struct {
@@ -207,9 +234,17 @@ func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connecto
 				targetPIDs: func() []int { return []int{t.pid()} }, stop: t.stop}, nil
 		}
 	}
+	// The kvconnect target advertises the address the Mooncake target
+	// does (127.0.0.1): a connection-per-request initiator reuses
+	// TIME-WAIT ports only on loopback, so a node on its outward address
+	// would run it out of ports and measure that instead.
+	nodeCfg := tcpCfg
+	if nodeCfg.Hostname == "" {
+		nodeCfg.Hostname = "127.0.0.1"
+	}
 	againstNode := func(env []string) func(ctx context.Context) (bencher, error) {
 		return func(ctx context.Context) (bencher, error) {
-			node, err := StartNode(ctx, tcpCfg, o.BufferSize, opts...)
+			node, err := StartNode(ctx, nodeCfg, o.BufferSize, opts...)
 			if err != nil {
 				return nil, err
 			}

@@ -121,6 +121,10 @@ type Result struct {
 	// LatencyIsMean says the three latencies are the mean batch time
 	// (Mooncake's bench reports no distribution).
 	LatencyIsMean bool `json:"latency_is_mean,omitempty"`
+	// TimeWait is the host's TCP sockets in TIME-WAIT right after the
+	// run (Mooncake variants: a connection-per-request client leaves one
+	// per request).
+	TimeWait int `json:"time_wait,omitempty"`
 	// CPU seconds (user + system) used during the measured interval by
 	// this process (both nodes' host sides in loopback mode, and the
 	// transport itself when it runs in-process) and by the plugin

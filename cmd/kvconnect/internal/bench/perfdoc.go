@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The performance document keeps one section per machine type, so a run
+// on one CPU replaces its own numbers and leaves the others': a
+// regression on one machine cannot hide behind another's numbers. A
+// section runs from its begin marker to its end marker; the Python
+// engine's benchmark (python/bench/bench_engine.py) writes its part inside
+// the section of its machine, between its own markers.
+const perfDocHead = `# kvconnect performance
+
+Measured by ` + "`make bench`" + `: ` + "`kvconnect bench --suite`" + ` on loopback, then the Python engine
+(` + "`python/bench/bench_engine.py`" + `). Throughput is in GB/s (1 GB = 1e9 B). One section per machine
+type measured; a run replaces its own machine's section and keeps the others.
+`
+
+// MachineKey names a machine type: the CPU model and the processors
+// visible. python/bench/bench_engine.py computes the same.
+func MachineKey(m Machine) string { return fmt.Sprintf("%s x%d", m.CPU, m.Cores) }
+
+func beginMarker(key string) string { return "<!-- machine: " + key + " -->" }
+func endMarker(key string) string   { return "<!-- /machine: " + key + " -->" }
+
+// MergePerfDoc returns doc with the section of the run's machine replaced
+// by (or, for a machine not there yet, extended with) the run's report.
+// The Python benchmark's part of that section, if any, is kept until the
+// Python benchmark replaces it. A document without sections (an older
+// one) is replaced.
+func (res *SuiteResult) MergePerfDoc(doc string) string {
+	key := MachineKey(res.Machine)
+	var b strings.Builder
+	res.WriteMarkdown(&b, true)
+	section := beginMarker(key) + "\n" + demote(b.String())
+	begin, end := beginMarker(key), endMarker(key)
+	if i, j := strings.Index(doc, begin), strings.Index(doc, end); i >= 0 && j > i {
+		old := doc[i:j]
+		if k := strings.Index(old, pythonBegin); k >= 0 {
+			if l := strings.Index(old, pythonEnd); l > k {
+				section = strings.TrimRight(section, "\n") + "\n\n" + old[k:l+len(pythonEnd)] + "\n"
+			}
+		}
+		return doc[:i] + strings.TrimRight(section, "\n") + "\n" + doc[j:]
+	}
+	if !strings.Contains(doc, "<!-- machine: ") {
+		doc = perfDocHead
+	}
+	return strings.TrimRight(doc, "\n") + "\n\n" + strings.TrimRight(section, "\n") + "\n" + end + "\n"
+}
+
+const (
+	pythonBegin = "<!-- python-bench:begin -->"
+	pythonEnd   = "<!-- python-bench:end -->"
+)
+
+// demote turns a standalone report into a machine section: its title
+// becomes the machine's heading, every other heading one level deeper.
+func demote(report string) string {
+	lines := strings.Split(report, "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "# "):
+			lines[i] = "## Machine type: " + strings.TrimPrefix(l, "# ")
+		case strings.HasPrefix(l, "#"):
+			lines[i] = "#" + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}
