@@ -129,32 +129,60 @@ func (b *Batch) Elapsed() time.Duration {
 // is bounded by ctx, or by transfer_timeout when ctx has no deadline.
 // The ops slice must not change until the batch is done.
 func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, error) {
-	if p == nil || p.c != c {
-		return nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
-	}
-	if len(ops) > plugins.MaxBatchOps {
-		return nil, fmt.Errorf("connector: Submit: batch of %d ops exceeds the limit of %d: split it into several batches: %w", len(ops), plugins.MaxBatchOps, ErrInvalidArgument)
-	}
-	if err := c.usable(); err != nil {
-		return nil, err
-	}
-	if err := p.suspectErr(); err != nil {
-		return nil, err
-	}
-	if err := c.goneErr(p); err != nil {
-		return nil, err
-	}
-	l, err := p.ensure(ctx)
+	b, run, err := c.prepare(ctx, p, ops)
 	if err != nil {
 		return nil, err
 	}
+	if run != nil {
+		go run()
+	}
+	return b, nil
+}
+
+// Transfer runs ops against peer and waits for them. It runs the batch on
+// the calling goroutine: no hand-off to another goroutine and back, which
+// is what a single small op mostly costs besides the wire.
+func (c *Connector) Transfer(ctx context.Context, p *Peer, ops ...Op) error {
+	b, run, err := c.prepare(ctx, p, ops)
+	if err != nil {
+		return err
+	}
+	if run != nil {
+		run()
+	}
+	return b.Err()
+}
+
+// prepare checks a batch and returns it with the function that runs it
+// (nil when there is nothing to run); the caller runs it on a goroutine
+// of its choice. From then on the node waits for it on Close.
+func (c *Connector) prepare(ctx context.Context, p *Peer, ops []Op) (*Batch, func(), error) {
+	if p == nil || p.c != c {
+		return nil, nil, fmt.Errorf("connector: Submit: peer is not from this connector: %w", ErrInvalidArgument)
+	}
+	if len(ops) > plugins.MaxBatchOps {
+		return nil, nil, fmt.Errorf("connector: Submit: batch of %d ops exceeds the limit of %d: split it into several batches: %w", len(ops), plugins.MaxBatchOps, ErrInvalidArgument)
+	}
+	if err := c.usable(); err != nil {
+		return nil, nil, err
+	}
+	if err := p.suspectErr(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.goneErr(p); err != nil {
+		return nil, nil, err
+	}
+	l, err := p.ensure(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := c.usableOn(l.at); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b := &Batch{results: make([]OpResult, len(ops)), done: make(chan struct{}), start: time.Now()}
 	if len(ops) == 0 {
 		close(b.done)
-		return b, nil
+		return b, nil, nil
 	}
 	if l.at.info.Capabilities&plugins.CapAbsoluteAddress == 0 {
 		// Translate absolute remote addresses with the peer's descriptor.
@@ -163,7 +191,7 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 			if ops[i].RemoteRegion == 0 {
 				buf, _, _, err := l.buffers.Resolve(0, ops[i].RemoteOffset, ops[i].Length)
 				if err != nil {
-					return nil, fmt.Errorf("connector: op %d: remote range [0x%x, +%d) of %s: %w", i, ops[i].RemoteOffset, ops[i].Length, l.desc.Name, err)
+					return nil, nil, fmt.Errorf("connector: op %d: remote range [0x%x, +%d) of %s: %w", i, ops[i].RemoteOffset, ops[i].Length, l.desc.Name, err)
 				}
 				ops[i].RemoteRegion, ops[i].RemoteOffset = RegionID(buf.ID), ops[i].RemoteOffset-buf.Addr
 			}
@@ -174,14 +202,14 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("connector: %w", ErrClosed)
+		return nil, nil, fmt.Errorf("connector: %w", ErrClosed)
 	}
 	c.wg.Add(1)
 	c.mu.Unlock()
 	caller := ctx
 	ctx, cancel := c.withTimeout(ctx, c.cfg.TransferTimeout)
 	c.observe().BatchStarted(l.at.name, p.session, len(ops))
-	go func() {
+	run := func() {
 		defer c.wg.Done()
 		defer cancel()
 		err := l.at.tr.Transfer(ctx, l.id, ops, b.results)
@@ -197,17 +225,8 @@ func (c *Connector) Submit(ctx context.Context, p *Peer, ops []Op) (*Batch, erro
 		b.elapsed = time.Since(b.start)
 		c.observe().BatchDone(l.at.name, p.session, ops, b.results, b.elapsed)
 		close(b.done)
-	}()
-	return b, nil
-}
-
-// Transfer runs ops against peer and waits for them.
-func (c *Connector) Transfer(ctx context.Context, p *Peer, ops ...Op) error {
-	b, err := c.Submit(ctx, p, ops)
-	if err != nil {
-		return err
 	}
-	return b.Wait(context.WithoutCancel(ctx))
+	return b, run, nil
 }
 
 // TransferSyncWrite writes length bytes from local address localAddr to
@@ -226,11 +245,11 @@ func (c *Connector) TransferSyncRead(ctx context.Context, session string, localA
 // BatchTransferSync runs one op per (local, remote, length) triple, all
 // of kind, as Mooncake's batch_transfer_sync_write/read do.
 func (c *Connector) BatchTransferSync(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) error {
-	b, err := c.SubmitAddrs(ctx, kind, session, localAddrs, remoteAddrs, lengths)
+	p, ops, err := c.addrOps(ctx, kind, session, localAddrs, remoteAddrs, lengths)
 	if err != nil {
 		return err
 	}
-	return b.Wait(context.WithoutCancel(ctx))
+	return c.Transfer(ctx, p, ops...)
 }
 
 // SubmitAddrs starts a batch of one op per (local, remote, length)
@@ -240,29 +259,39 @@ func (c *Connector) BatchTransferSync(ctx context.Context, kind OpKind, session 
 // registered regions; remote ones are the peer's addresses. The batch is
 // bounded by ctx, or by transfer_timeout when ctx has no deadline.
 func (c *Connector) SubmitAddrs(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) (*Batch, error) {
+	p, ops, err := c.addrOps(ctx, kind, session, localAddrs, remoteAddrs, lengths)
+	if err != nil {
+		return nil, err
+	}
+	return c.Submit(ctx, p, ops)
+}
+
+// addrOps turns Mooncake-style triples into ops and opens (or finds) the
+// peer.
+func (c *Connector) addrOps(ctx context.Context, kind OpKind, session string, localAddrs, remoteAddrs, lengths []uint64) (*Peer, []Op, error) {
 	if len(localAddrs) != len(remoteAddrs) || len(localAddrs) != len(lengths) {
-		return nil, fmt.Errorf("connector: %d local addresses, %d remote addresses and %d lengths: the lists must be the same length: %w",
+		return nil, nil, fmt.Errorf("connector: %d local addresses, %d remote addresses and %d lengths: the lists must be the same length: %w",
 			len(localAddrs), len(remoteAddrs), len(lengths), ErrInvalidArgument)
 	}
 	if kind != OpRead && kind != OpWrite {
-		return nil, fmt.Errorf("connector: op kind %d: must be OpRead (0) or OpWrite (1): %w", kind, ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("connector: op kind %d: must be OpRead (0) or OpWrite (1): %w", kind, ErrInvalidArgument)
 	}
 	ops := make([]Op, len(localAddrs))
 	for i := range ops {
 		if lengths[i] == 0 {
-			return nil, fmt.Errorf("connector: op %d: length 0: %w", i, ErrInvalidArgument)
+			return nil, nil, fmt.Errorf("connector: op %d: length 0: %w", i, ErrInvalidArgument)
 		}
 		r, err := c.regionAt(localAddrs[i], lengths[i])
 		if err != nil {
-			return nil, fmt.Errorf("connector: op %d: %w", i, err)
+			return nil, nil, fmt.Errorf("connector: op %d: %w", i, err)
 		}
 		ops[i] = Op{Kind: kind, LocalRegion: r.id, LocalOffset: localAddrs[i] - r.addr, RemoteOffset: remoteAddrs[i], Length: lengths[i]}
 	}
 	p, err := c.Open(ctx, session)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.Submit(ctx, p, ops)
+	return p, ops, nil
 }
 
 // Probe asks a peer's node whether it is alive (Mooncake's send_probe,

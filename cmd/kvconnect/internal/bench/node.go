@@ -203,10 +203,9 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 					}
 					issued[t] += uint64(w.BatchSize)
 					start := time.Now()
-					b, err := c.Submit(ctx, in.Peer, ops)
-					if err == nil {
-						err = b.Wait(ctx)
-					}
+					// Each thread keeps one batch in flight: submit and
+					// wait in one call, as a synchronous caller does.
+					err := c.Transfer(ctx, in.Peer, ops...)
 					if err != nil {
 						once.Do(func() { firstErr = err; cancel() })
 						return
