@@ -37,7 +37,7 @@ func authNode(t *testing.T, secret string, opts ...connector.Option) (*connector
 	core, logs := observer.New(zapcore.DebugLevel)
 	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), AuthSecret: auth.Secret(secret), ConnectTimeout: 5 * time.Second}
-	c, err := connector.New(context.Background(), cfg, append([]connector.Option{connector.WithLogger(log), quickExit}, opts...)...)
+	c, err := connector.New(context.Background(), cfg, append([]connector.Option{connector.WithLogger(log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

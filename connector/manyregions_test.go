@@ -24,6 +24,7 @@ import (
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/fdlimit"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // The many-regions node runs in a child process (this test binary again)
@@ -47,7 +48,7 @@ func TestHundredThousandRegions(t *testing.T) {
 	}
 	dir := pluginDir(t)
 	child := exec.Command(os.Args[0], "-test.run=^TestManyRegionsNode$", "-test.v")
-	child.Env = append(os.Environ(), manyRegionsEnv+"="+dir, "GORACE=atexit_sleep_ms=0")
+	child.Env = append(os.Environ(), manyRegionsEnv+"="+dir)
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func TestHundredThousandRegions(t *testing.T) {
 	// plugin; on a loaded machine that takes longer than the default
 	// connect_timeout, which is not what this test is about.
 	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), ConnectTimeout: 2 * time.Minute},
-		connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+		connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func TestRestartSendsEveryFileAgain(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the plugin to be restarted", func() bool {
+	testbin.Eventually(t, "the plugin to be restarted", func() bool {
 		st := b.Status()
 		return st.Healthy && st.Transports[0].Restarts == 1 && st.PluginPID != pid
 	})

@@ -194,7 +194,7 @@ func TestNodeAgainstMooncakeTarget(t *testing.T) {
 			if v.opts != nil {
 				cfg.Transports = map[string]map[string]any{"tcp": v.opts}
 			}
-			c, err := connector.New(ctx, cfg, quickExit)
+			c, err := connector.New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +238,7 @@ func TestMooncakeTargetKilledMidTransfer(t *testing.T) {
 	ctx := context.Background()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 10 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "3s"}}}
-	c, err := connector.New(ctx, cfg, quickExit)
+	c, err := connector.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

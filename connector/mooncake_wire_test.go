@@ -241,7 +241,7 @@ func TestMooncakeDataProtocolRefusesBadRequests(t *testing.T) {
 // Mooncake TCP transport and its data port refuses Mooncake's protocol.
 func TestMooncakeInteropOff(t *testing.T) {
 	c, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t),
-		MooncakeInterop: config.Bool(false)}, quickExit)
+		MooncakeInterop: config.Bool(false)})
 	if err != nil {
 		t.Fatal(err)
 	}

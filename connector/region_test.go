@@ -140,7 +140,7 @@ func TestAllocWithASecondaryTransportDown(t *testing.T) {
 	t.Setenv(host.EnvPluginDir, "")
 	t.Setenv("PATH", dir)
 	ctx := context.Background()
-	c, err := connector.New(ctx, connector.Config{Protocol: "ucx", Fallback: []string{"tcp"}, PluginDir: dir}, quickExit)
+	c, err := connector.New(ctx, connector.Config{Protocol: "ucx", Fallback: []string{"tcp"}, PluginDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestAllocWithASecondaryTransportDown(t *testing.T) {
 	if err := syscall.Kill(st.Transports[1].PluginPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "tcp to be reported down", func() bool { return !c.Status().Transports[1].Healthy })
+	testbin.Eventually(t, "tcp to be reported down", func() bool { return !c.Status().Transports[1].Healthy })
 	time.Sleep(100 * time.Millisecond) // the one restart attempt has failed
 	r, err := c.Alloc(ctx, 1<<20)
 	if err != nil {

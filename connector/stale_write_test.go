@@ -25,7 +25,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 	n := serve(t, nil)
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 10 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "1s"}}}
-	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

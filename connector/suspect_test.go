@@ -20,7 +20,7 @@ func TestStoppedPeerBecomesSuspect(t *testing.T) {
 	n := serve(t, nil)
 	session, pgid := n.Session, n.PGID
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 2 * time.Second}
-	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/internal/testservers"
 )
 
@@ -81,7 +82,7 @@ func TestEtcdPublishResolve(t *testing.T) {
 	if err := a.Publish(ctxT(t), "10.0.0.1:15001", d2, RPCLocation{Host: "10.0.0.1", Port: 15001}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "resolver sees the new descriptor", func() bool {
+	testbin.Eventually(t, "resolver sees the new descriptor", func() bool {
 		got, err := b.Resolve(ctxT(t), "10.0.0.1:15001")
 		return err == nil && string(got) == string(d2)
 	})
@@ -139,7 +140,7 @@ func TestEtcdClose(t *testing.T) {
 			t.Errorf("%s still there right after Close", k)
 		}
 	}
-	waitClosed(t, gone, 2*time.Second, "Gone after the peer closed")
+	testbin.WaitClosed(t, gone, "Gone after the peer closed")
 	if _, err := b.Resolve(ctxT(t), "node-a"); !errors.Is(err, errdefs.ErrUnknownPeer) {
 		t.Errorf("resolve after the peer closed: %v", err)
 	}
@@ -181,7 +182,7 @@ func TestEtcdNodeKilled(t *testing.T) {
 	node.Process.Signal(syscall.SIGKILL)
 	node.Wait()
 	// TTL 1 s, and etcd checks expiry every 500 ms.
-	waitClosed(t, gone, 3*time.Second, "Gone after kill -9")
+	testbin.WaitClosed(t, gone, "Gone after kill -9")
 	took := time.Since(killed)
 	for _, k := range []string{"mooncake/ram/victim", "mooncake/rpc_meta/victim"} {
 		if _, ok := etcdGet(t, cli, k); ok {
@@ -208,7 +209,7 @@ func TestEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Stop()
-	waitFor(t, 5*time.Second, "the node notices the outage", func() bool { return !a.Status().Connected })
+	testbin.Eventually(t, "the node notices the outage", func() bool { return !a.Status().Connected })
 	st := a.Status()
 	if st.LostSince.IsZero() || st.LastError == "" || st.Outages != 1 {
 		t.Errorf("status during the outage: %+v", st)
@@ -216,7 +217,7 @@ func TestEtcdRestart(t *testing.T) {
 	if _, err := b.Resolve(ctxT(t), "node-a"); err != nil {
 		t.Errorf("cached resolve during the outage: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the resolver notices the outage", func() bool { return !b.Status().Connected })
+	testbin.Eventually(t, "the resolver notices the outage", func() bool { return !b.Status().Connected })
 	start := time.Now()
 	_, err := b.Resolve(ctxT(t), "node-x")
 	if !errors.Is(err, errdefs.ErrPeerUnreachable) || !strings.Contains(err.Error(), e.Endpoint) || time.Since(start) > 100*time.Millisecond {
@@ -228,15 +229,15 @@ func TestEtcdRestart(t *testing.T) {
 	}
 	time.Sleep(time.Second) // several failed retries: still one log line
 	e.Start()
-	waitFor(t, 10*time.Second, "the node reconnects", func() bool { return a.Status().Connected })
+	testbin.Eventually(t, "the node reconnects", func() bool { return a.Status().Connected })
 	cli := e.Client(t)
-	waitFor(t, 5*time.Second, "the publish made during the outage is written", func() bool {
+	testbin.Eventually(t, "the publish made during the outage is written", func() bool {
 		v, ok := etcdGet(t, cli, "mooncake/ram/node-a")
 		return ok && v == string(descriptor("node-a", 2))
 	})
 	renewals := a.Status().Renewals
-	waitFor(t, 5*time.Second, "the lease is renewed again", func() bool { return a.Status().Renewals > renewals })
-	waitFor(t, 5*time.Second, "the resolver sees the new descriptor", func() bool {
+	testbin.Eventually(t, "the lease is renewed again", func() bool { return a.Status().Renewals > renewals })
+	testbin.Eventually(t, "the resolver sees the new descriptor", func() bool {
 		got, err := b.Resolve(ctxT(t), "node-a")
 		return err == nil && string(got) == string(descriptor("node-a", 2))
 	})
@@ -267,8 +268,8 @@ func TestEtcdLeaseLost(t *testing.T) {
 	if _, err := cli.Revoke(ctxT(t), clientv3.LeaseID(old)); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, gone, 2*time.Second, "Gone when the lease was revoked")
-	waitFor(t, 3*time.Second, "republished under a new lease", func() bool {
+	testbin.WaitClosed(t, gone, "Gone when the lease was revoked")
+	testbin.Eventually(t, "republished under a new lease", func() bool {
 		_, ok := etcdGet(t, cli, "mooncake/ram/node-a")
 		return ok
 	})
@@ -276,7 +277,7 @@ func TestEtcdLeaseLost(t *testing.T) {
 	if st.LeaseID == old || st.Republishes != 1 {
 		t.Errorf("status %+v, want a new lease and one republish", st)
 	}
-	waitFor(t, 2*time.Second, "resolvable again", func() bool { _, err := b.Resolve(ctxT(t), "node-a"); return err == nil })
+	testbin.Eventually(t, "resolvable again", func() bool { _, err := b.Resolve(ctxT(t), "node-a"); return err == nil })
 	if ch := b.Gone("node-a"); ch == gone {
 		t.Error("Gone returned the old, closed channel for the new incarnation")
 	}
@@ -449,7 +450,7 @@ func TestEtcdGarbage(t *testing.T) {
 	if _, err := cli.Put(ctxT(t), "mooncake/ram/later", "{"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "garbage via the watch", func() bool {
+	testbin.Eventually(t, "garbage via the watch", func() bool {
 		_, err := s.Resolve(ctxT(t), "later")
 		return errors.Is(err, errdefs.ErrProtocol) && strings.Contains(err.Error(), "mooncake/ram/later")
 	})
@@ -550,7 +551,7 @@ func TestEtcdWatchCompacted(t *testing.T) {
 	if _, err := cli.Put(ctxT(t), "mooncake/ram/k", `{"name":"k","v":2}`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the new value after the watch was compacted away", func() bool {
+	testbin.Eventually(t, "the new value after the watch was compacted away", func() bool {
 		got, err := s.Resolve(ctxT(t), "k")
 		return err == nil && string(got) == `{"name":"k","v":2}`
 	})
@@ -558,7 +559,7 @@ func TestEtcdWatchCompacted(t *testing.T) {
 	if _, err := cli.Delete(ctxT(t), "mooncake/ram/k"); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, gone, 5*time.Second, "Gone after the resumed watch")
+	testbin.WaitClosed(t, gone, "Gone after the resumed watch")
 	if logs.FilterMessageSnippet("watch ended; reading the key again").Len() == 0 {
 		t.Error("the watch was not compacted away: the test did not test what it says")
 	}

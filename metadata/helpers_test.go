@@ -51,32 +51,6 @@ func descriptor(name string, version int) []byte {
 
 func rpcOf(port int) RPCLocation { return RPCLocation{Host: "127.0.0.1", Port: port} }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
-// waitClosed waits for ch to be closed.
-func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	select {
-	case <-ch:
-		return time.Since(start)
-	case <-time.After(timeout):
-		t.Fatalf("%s: not within %s", what, timeout)
-		return 0
-	}
-}
-
 // noLeaks fails the test if goroutines started during it outlive it:
 // call it first; it checks when the test's cleanups have run.
 func noLeaks(t *testing.T) {

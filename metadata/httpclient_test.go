@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/internal/testservers"
 )
 
@@ -183,7 +184,7 @@ func TestHTTPNodeKilled(t *testing.T) {
 	}
 	node.Process.Signal(syscall.SIGKILL)
 	node.Wait()
-	waitClosed(t, gone, 2*time.Second, "Gone after kill -9")
+	testbin.WaitClosed(t, gone, "Gone after kill -9")
 	// The node PUT its two keys one after the other, so rpc_meta may
 	// expire a moment after ram (longer on a loaded machine).
 	deadline := time.Now().Add(2 * time.Second)
@@ -210,11 +211,11 @@ func TestHTTPRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.stop()
-	waitFor(t, 3*time.Second, "the node notices the outage", func() bool { return !a.Status().Connected })
+	testbin.Eventually(t, "the node notices the outage", func() bool { return !a.Status().Connected })
 	time.Sleep(300 * time.Millisecond)
 	m.restart(true, ServerOptions{})
-	waitFor(t, 5*time.Second, "republished", func() bool { code, _ := m.get("mooncake/ram/n1"); return code == 200 })
-	waitFor(t, 2*time.Second, "connected", func() bool { return a.Status().Connected })
+	testbin.Eventually(t, "republished", func() bool { code, _ := m.get("mooncake/ram/n1"); return code == 200 })
+	testbin.Eventually(t, "connected", func() bool { return a.Status().Connected })
 	if st := a.Status(); st.Republishes < 1 || st.Outages != 1 {
 		t.Errorf("status %+v", st.Counters)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/internal/testservers"
 )
 
@@ -74,7 +75,7 @@ func TestRedisPublishResolve(t *testing.T) {
 	if err := a.Publish(ctxT(t), "10.0.0.1:15001", d2, RPCLocation{Host: "10.0.0.1", Port: 15001}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "the resolver sees the new descriptor", func() bool {
+	testbin.Eventually(t, "the resolver sees the new descriptor", func() bool {
 		got, _ := b.Resolve(ctxT(t), "10.0.0.1:15001")
 		return string(got) == string(d2)
 	})
@@ -85,7 +86,7 @@ func TestRedisPublishResolve(t *testing.T) {
 	if _, ok := redisGet(t, c, "mooncake/prod/ram/10.0.0.1:15001"); ok {
 		t.Error("the key is still there right after Close")
 	}
-	waitClosed(t, gone, 2*time.Second, "Gone after the peer closed")
+	testbin.WaitClosed(t, gone, "Gone after the peer closed")
 	if _, err := b.Resolve(ctxT(t), "10.0.0.1:15001"); !errors.Is(err, errdefs.ErrUnknownPeer) || !strings.Contains(err.Error(), "mooncake/prod/ram/10.0.0.1:15001") {
 		t.Errorf("after Close: %v", err)
 	}
@@ -132,7 +133,7 @@ func TestRedisNodeKilled(t *testing.T) {
 	killed := time.Now()
 	node.Process.Signal(syscall.SIGKILL)
 	node.Wait()
-	waitClosed(t, gone, 2*time.Second, "Gone after kill -9")
+	testbin.WaitClosed(t, gone, "Gone after kill -9")
 	if _, ok := redisGet(t, c, "mooncake/rpc_meta/victim"); ok {
 		t.Error("rpc_meta outlived its node")
 	}
@@ -155,8 +156,8 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Stop()
-	waitFor(t, 3*time.Second, "the node notices the outage", func() bool { return !a.Status().Connected })
-	waitFor(t, 3*time.Second, "the resolver notices the outage", func() bool { return !b.Status().Connected })
+	testbin.Eventually(t, "the node notices the outage", func() bool { return !a.Status().Connected })
+	testbin.Eventually(t, "the resolver notices the outage", func() bool { return !b.Status().Connected })
 	if _, err := b.Resolve(ctxT(t), "n1"); err != nil {
 		t.Errorf("cached resolve during the outage: %v", err)
 	}
@@ -165,8 +166,8 @@ func TestRedisRestart(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // failed retries: one log line all the same
 	r.Start()
-	waitFor(t, 5*time.Second, "republished", func() bool { _, ok := redisGet(t, c, "mooncake/ram/n1"); return ok })
-	waitFor(t, 2*time.Second, "connected again", func() bool { return a.Status().Connected })
+	testbin.Eventually(t, "republished", func() bool { _, ok := redisGet(t, c, "mooncake/ram/n1"); return ok })
+	testbin.Eventually(t, "connected again", func() bool { return a.Status().Connected })
 	if st := a.Status(); st.Republishes < 1 || st.Outages != 1 {
 		t.Errorf("status %+v", st.Counters)
 	}

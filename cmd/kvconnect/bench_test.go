@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,16 +15,12 @@ import (
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
-// benchPluginDir builds the tcp plugin binary and returns its directory.
+// benchPluginDir builds the tcp plugin binary and returns its directory;
+// the CLI under test reads no plugin directory from the environment.
 func benchPluginDir(t *testing.T) string {
 	t.Helper()
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(bin)
+	return testbin.PluginDir(t, "tcp")
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes it.

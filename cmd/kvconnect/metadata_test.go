@@ -129,7 +129,7 @@ func runServeEnv(t *testing.T, env []string, args ...string) (int, string, time.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvconnectBin(t), append([]string{"serve", "--log-level", "warn"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR="), env...)
+	cmd.Env = append(append(os.Environ(), "KVCONNECT_PLUGIN_DIR="), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
@@ -148,7 +148,6 @@ func runServeEnv(t *testing.T, env []string, args ...string) (int, string, time.
 // refuses the password, is an error (exit 1) naming it.
 func TestDoctorChecksMetadata(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	e := testservers.StartEtcd(t, testservers.EtcdOptions{})
 	out, err := runCLI(t, "doctor", "--metadata", e.URL(), "--plugin-dir", pluginDir(t))
 	if err != nil {

@@ -39,7 +39,7 @@ func runServe(t *testing.T, args ...string) (int, string, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvconnectBin(t), append([]string{"serve", "--log-level", "warn"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
@@ -97,7 +97,6 @@ func TestServeFailsFastOnBadListenAddress(t *testing.T) {
 // the hostname and why.
 func TestDoctorFailsOnUnresolvableHostname(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	out, err := runCLI(t, "doctor", "--hostname", "no-such-host.invalid", "--plugin-dir", pluginDir(t))
 	var ee exitError
 	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(out, `hostname "no-such-host.invalid" does not resolve`) {
@@ -110,7 +109,7 @@ func TestDoctorFailsOnUnresolvableHostname(t *testing.T) {
 func startServe(t *testing.T, args ...string) (string, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(kvconnectBin(t), append([]string{"serve", "--log-level", "info", "--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -195,7 +194,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 // ERROR line: the plugin does not die first.
 func TestServeCleanShutdownOnGroupSIGTERM(t *testing.T) {
 	cmd := exec.Command(kvconnectBin(t), "serve", "--log-level", "info", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -19,9 +19,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // TestSoak moves verified blocks while faults are injected and checks the

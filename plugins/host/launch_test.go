@@ -35,7 +35,7 @@ func TestLaunchTCPPluginAndClose(t *testing.T) {
 	bin := build(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
 	t.Setenv(EnvPluginDir, "")
 	// Found by name in plugin_dir, as the connector does it.
-	p, err := Launch(t.Context(), LaunchConfig{Name: "tcp", PluginDir: filepath.Dir(bin), Logger: zaptest.NewLogger(t), Env: []string{quickExit}})
+	p, err := Launch(t.Context(), LaunchConfig{Name: "tcp", PluginDir: filepath.Dir(bin), Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestLaunchCanceled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := Launch(ctx, LaunchConfig{Name: "x", Path: bin, StartTimeout: time.Minute, Env: []string{quickExit}})
+	_, err := Launch(ctx, LaunchConfig{Name: "x", Path: bin, StartTimeout: time.Minute})
 	var ie *errdefs.InitError
 	if !errors.As(err, &ie) || ie.Step != errdefs.StepStartPlugin || !errors.Is(err, errdefs.ErrTimeout) || !errors.Is(err, errdefs.ErrPluginStart) || errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("got %v, want an errdefs.InitError wrapping errdefs.ErrTimeout and errdefs.ErrPluginStart, not errdefs.ErrUnavailable", err)
@@ -320,7 +320,7 @@ func TestLaunchCanceled(t *testing.T) {
 func TestInitCrashIsDiagnosed(t *testing.T) {
 	isolate(t)
 	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t),
-		Env: []string{quickExit, "FAKEPLUGIN_INIT=panic"}})
+		Env: []string{"FAKEPLUGIN_INIT=panic"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestRegionMemoryReachesPlugin(t *testing.T) {
 func launchFake(t *testing.T, env ...string) *Plugin {
 	t.Helper()
 	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t),
-		Env: append([]string{quickExit}, env...)})
+		Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +533,7 @@ func TestErrorsFromARealPlugin(t *testing.T) {
 func TestPluginLogsReachHostLogger(t *testing.T) {
 	isolate(t)
 	core, logs := observer.New(zapcore.InfoLevel)
-	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zap.New(core), Env: []string{quickExit}})
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,13 +23,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
-
-// quickExit keeps race-built plugin processes from sleeping 1 s at exit.
-const quickExit = "GORACE=atexit_sleep_ms=0"
 
 // buildTestdata builds plugins/host/testdata/<name> (once per test process).
 func buildTestdata(t *testing.T, name string) string {
@@ -122,7 +117,6 @@ func launchFails(t *testing.T, cfg LaunchConfig, step string, sentinels ...error
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
 	}
-	cfg.Env = append(cfg.Env, quickExit)
 	start := time.Now()
 	p, err := Launch(t.Context(), cfg)
 	took := time.Since(start)

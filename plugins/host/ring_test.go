@@ -26,6 +26,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
 	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
@@ -210,7 +211,7 @@ func TestRingCancellationReachesPlugin(t *testing.T) {
 		}
 	}
 	// The ring still works, and the canceled batches' areas came back.
-	waitUntil(t, "the zombies to be reaped", func() bool {
+	testbin.Eventually(t, "the zombies to be reaped", func() bool {
 		rc := m.ring.Load()
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
@@ -243,7 +244,7 @@ func TestRingBackpressure(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, "the ring to fill", func() bool { return bt.running.Load() == int32(small.CQEntries) })
+	testbin.Eventually(t, "the ring to fill", func() bool { return bt.running.Load() == int32(small.CQEntries) })
 	select {
 	case err := <-errs:
 		t.Fatalf("a batch ended while the ring was full: %v", err)
@@ -275,7 +276,7 @@ func TestRingCloseEndsWaiters(t *testing.T) {
 	done := make(chan error, 1)
 	res := make([]plugins.OpResult, 1)
 	go func() { done <- p.Transfer(context.Background(), 7, ops(1), res) }()
-	waitUntil(t, "the batch to run", func() bool { return bt.running.Load() == 1 })
+	testbin.Eventually(t, "the batch to run", func() bool { return bt.running.Load() == 1 })
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestRingCloseEndsWaiters(t *testing.T) {
 	if n := memfdsNamed("ring"); n != 0 {
 		t.Fatalf("%d ring memfds open after Close", n)
 	}
-	waitUntil(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	testbin.Eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // TestRingPluginCrashMidBatch: a plugin process that dies during a batch
@@ -371,16 +372,6 @@ func cpuTicks(t *testing.T, pid int) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	s, _ := strconv.ParseFloat(f[12], 64)
 	return u + s
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling an observed condition
-	}
 }
 
 // rawPlugin serves srv (a plugin of its own making: an old SDK's, or a

@@ -17,9 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "missing-library" {
 		os.Exit(missingLibraryHelper())
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // softProviders are the libfabric software providers that implement the

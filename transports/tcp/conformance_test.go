@@ -2,7 +2,6 @@ package tcp_test
 
 import (
 	"net"
-	"os"
 	"strconv"
 	"testing"
 
@@ -14,9 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 func TestConformance(t *testing.T) {

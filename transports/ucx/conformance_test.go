@@ -46,8 +46,7 @@ func pluginBinary(t testing.TB) string {
 }
 
 func launch(t testing.TB, bin string) plugins.Transport {
-	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t),
-		Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -35,21 +34,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
-// tcpPluginDir builds the tcp plugin and returns its directory.
+// tcpPluginDir builds the tcp plugin and returns its directory; the
+// configuration under test reads no plugin directory from the environment.
 func tcpPluginDir(t *testing.T) string {
 	t.Helper()
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(bin)
+	return testbin.PluginDir(t, "tcp")
 }
 
 // rawServerCommand is the argv of a raw baseline server process: this
