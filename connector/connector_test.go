@@ -32,9 +32,9 @@ func TestMain(m *testing.M) {
 
 // pluginDir builds the plugins the connector's tests launch (tcp, and
 // rdma for the fallback chains) and returns the directory holding them.
-func pluginDir(t *testing.T) string { return testbin.PluginDir(t, "rdma", "tcp") }
+func pluginDir(t testing.TB) string { return testbin.PluginDir(t, "rdma", "tcp") }
 
-func newNode(t *testing.T, opts ...connector.Option) *connector.Connector {
+func newNode(t testing.TB, opts ...connector.Option) *connector.Connector {
 	t.Helper()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
 	opts = append([]connector.Option{connector.WithLogger(zaptest.NewLogger(t))}, opts...)
@@ -50,7 +50,7 @@ func newNode(t *testing.T, opts ...connector.Option) *connector.Connector {
 	return c
 }
 
-func alloc(t *testing.T, c *connector.Connector, size int) *connector.Region {
+func alloc(t testing.TB, c *connector.Connector, size int) *connector.Region {
 	t.Helper()
 	r, err := c.Alloc(context.Background(), size)
 	if err != nil {
