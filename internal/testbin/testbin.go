@@ -33,8 +33,8 @@ var (
 )
 
 // dirPrefix names the build directories in os.TempDir(), followed by the
-// process id of the test process that owns one.
-const dirPrefix = "kvconnect-testbin-"
+// process id of the test process that owns one and "-".
+const dirPrefix = "kvconnect-testbin-pid"
 
 // ModuleRoot returns the directory holding go.mod, found from this file.
 func ModuleRoot() string {
@@ -105,8 +105,10 @@ func BuildIn(wd, pkg, name string) (string, error) {
 func sweep() {
 	olds, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	for _, old := range olds {
-		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(old), dirPrefix), "-", 2)[0])
-		if err != nil || pid <= 0 || pid == os.Getpid() {
+		// Only this package's own names: kvconnect-testbin-pid<pid>-<random>.
+		digits, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(old), dirPrefix), "-")
+		pid, err := strconv.Atoi(digits)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
