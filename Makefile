@@ -24,7 +24,7 @@ DEB_PACKAGES := protobuf-compiler pkg-config libibverbs-dev libucx-dev libfabric
 	libgoogle-glog0v6 libgflags2.2 libjsoncpp25 libnuma1 libibverbs1 libunwind8 \
 	etcd-server redis-server iproute2 prometheus
 
-.PHONY: all deps build generate check-generate demo test test-short lint fuzz clean
+.PHONY: all deps build generate check-generate demo test test-long test-short lint fuzz clean
 
 all: build
 
@@ -82,11 +82,27 @@ bench: build
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 
 ## test: vet, build the plugin binaries, run every test with the race detector,
-## then the out-of-tree example plugin's tests (its own module)
+## then the out-of-tree example plugin's tests (its own module); minutes, on 2 cores.
+## The long runs skip, naming make test-long.
 test: build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+# The long tests are the ones that call testbin.Long (they skip in make test):
+# found here, so a new one needs no entry in this file.
+LP := (
+LONG_FILES = $(shell grep -rl --include='*_test.go' 'testbin\.Long$(LP)' . | grep -v '^./\.tools/')
+LONG_PACKAGES = $(sort $(patsubst %/,%,$(dir $(LONG_FILES))))
+LONG_TESTS = $(shell awk '/^func Test/ { n = $$2; sub(/[$(LP)].*/, "", n) } /testbin\.Long[$(LP)]/ { print n }' $(LONG_FILES) | sort -u | paste -sd'|')
+LONG_FUZZTIME ?= 5s
+
+## test-long: what make test leaves out: the long tests with the race detector (100,000 regions,
+## the multi-host suite beyond its smoke test, the 25-second soak), then every fuzz target
+## for LONG_FUZZTIME (default 5s) beyond its seed corpus
+test-long: build
+	set -o pipefail; KVCONNECT_TEST_LONG=1 $(GO) test -race -count=1 -timeout 40m -v -run '^($(LONG_TESTS))$$' $(LONG_PACKAGES) | grep -v '^=== RUN'
+	$(MAKE) fuzz FUZZTIME=$(LONG_FUZZTIME)
 
 ## soak: nodes moving verified blocks without pause for SOAK_DURATION (default 30m) while
 ## faults are injected at random (plugin kills, peer restarts and hangs, link cuts, hostile
@@ -112,13 +128,14 @@ lint: check-generate
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## fuzz: run every native fuzz target in the tree for FUZZTIME each (default 30s)
+## fuzz: run every native fuzz target in the tree for FUZZTIME each (default 30s), in its
+## package's directory (so the out-of-tree example plugin's, in its own module, too)
 FUZZTIME ?= 30s
 fuzz:
 	@set -e; for f in $$(git ls-files '*_test.go'); do \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "== $$t ($$(dirname $$f))"; \
-			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
+			(cd $$(dirname $$f) && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) .); \
 		done; \
 	done
 

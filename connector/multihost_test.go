@@ -148,6 +148,7 @@ func TestMultiHostTransfers(t *testing.T) {
 // down: every batch fails within the timeout, naming the peer, never with
 // a bare "context canceled"; once the link is back the same Peer works.
 func TestLinkCutMidTransfer(t *testing.T) {
+	testbin.Long(t, "multi-host suite beyond its smoke test, TestMultiHostTransfers")
 	root, others := hosts(t, "b")
 	a := hostNode(t, root)
 	nb := serve(t, others[0].Command, "--alloc", "16MiB")
@@ -241,6 +242,7 @@ func TestLinkCutMidTransfer(t *testing.T) {
 // (SIGKILL, plugins too) and started again on the same address: the same
 // Peer reaches the new node, and sees its new regions.
 func TestPeerHostRestartsOnSameAddress(t *testing.T) {
+	testbin.Long(t, "multi-host suite beyond its smoke test, TestMultiHostTransfers")
 	root, others := hosts(t, "b")
 	a := hostNode(t, root)
 	nb := serve(t, others[0].Command, "--alloc", "8MiB", "--rpc-port", "17002")
