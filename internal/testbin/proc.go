@@ -15,6 +15,46 @@ import (
 // /proc/<pid>/task/<tid>/syscall reports a thread blocked in).
 var futexSyscall = map[string]int{"amd64": 202, "arm64": 98}
 
+// Thread is a thread of a process blocked in a system call, as
+// /proc/<pid>/task/<tid>/syscall shows it.
+type Thread struct {
+	TID  int
+	Nr   int       // system call number
+	Args [6]uint64 // its arguments, as the registers hold them
+}
+
+// Blocked returns the threads of process pid that are blocked in a system
+// call (not running). It skips the test where /proc does not show them.
+func Blocked(t testing.TB, pid int) []Thread {
+	t.Helper()
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+	if len(tasks) == 0 {
+		t.Skipf("no /proc/%d/task/*/syscall: cannot see what threads are blocked in", pid)
+	}
+	var out []Thread
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended, or the kernel hides it
+		}
+		// "202 0xarg1 ... 0xarg6 0xsp 0xpc", "running", or "-1 sp pc".
+		fs := strings.Fields(string(b))
+		if len(fs) < 7 {
+			continue
+		}
+		th := Thread{}
+		th.TID, _ = strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if th.Nr, err = strconv.Atoi(fs[0]); err != nil || th.Nr < 0 {
+			continue
+		}
+		for i := range th.Args {
+			th.Args[i], _ = strconv.ParseUint(strings.TrimPrefix(fs[1+i], "0x"), 16, 64)
+		}
+		out = append(out, th)
+	}
+	return out
+}
+
 // SleepsOnFutex reports whether a thread of process pid is blocked in
 // futex(FUTEX_WAIT) with no timeout on the 32-bit word at byte offset off
 // of its mapping of the memfd named name ("kvconnect:ring"): it sleeps
@@ -31,25 +71,10 @@ func SleepsOnFutex(t testing.TB, pid int, name string, off uint64) bool {
 	if len(addrs) == 0 {
 		t.Fatalf("process %d maps no memfd named %q", pid, name)
 	}
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
-	if len(tasks) == 0 {
-		t.Skipf("no /proc/%d/task/*/syscall: cannot see what threads are blocked in", pid)
-	}
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended, or the kernel hides it
-		}
-		// "202 0xuaddr 0xop 0xval 0xtimeout 0x... sp pc", or "running".
-		fs := strings.Fields(string(b))
-		if len(fs) < 5 || fs[0] != strconv.Itoa(nr) {
-			continue
-		}
-		uaddr, _ := strconv.ParseUint(strings.TrimPrefix(fs[1], "0x"), 16, 64)
-		op, _ := strconv.ParseUint(strings.TrimPrefix(fs[2], "0x"), 16, 64)
-		timeout, _ := strconv.ParseUint(strings.TrimPrefix(fs[4], "0x"), 16, 64)
-		const futexWait, cmdMask = 0, 0x7f // FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME aside
-		if addrs[uaddr] && op&cmdMask == futexWait && timeout == 0 {
+	const futexWait, cmdMask = 0, 0x7f // FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME aside
+	for _, th := range Blocked(t, pid) {
+		// futex(uaddr, op, val, timeout, ...)
+		if th.Nr == nr && addrs[th.Args[0]] && th.Args[1]&cmdMask == futexWait && th.Args[3] == 0 {
 			return true
 		}
 	}
@@ -95,4 +120,20 @@ func CPUTime(tb testing.TB, pid int) time.Duration {
 	s, _ := strconv.ParseUint(f[12], 10, 64)
 	const userHZ = 100 // sysconf(_SC_CLK_TCK) on Linux
 	return time.Duration(u+s) * time.Second / userHZ
+}
+
+// ReadMem reads n bytes at address addr of process pid (the process
+// itself, or one it may trace: its child), through /proc/<pid>/mem.
+func ReadMem(t testing.TB, pid int, addr uint64, n int) ([]byte, error) {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Skipf("cannot read the memory of process %d: %v", pid, err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, int64(addr)); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
