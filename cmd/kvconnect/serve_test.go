@@ -84,11 +84,8 @@ func TestServeFailsFastOnBadListenAddress(t *testing.T) {
 					t.Errorf("the error does not say %q", s)
 				}
 			}
-			// The bound is generous for a loaded machine; it exits in
-			// milliseconds (no plugin is started before the listener).
-			if took > 5*time.Second {
-				t.Errorf("serve took %v to fail", took)
-			}
+			// It exits in milliseconds (no plugin is started before the
+			// listener); runServe fails the test if it hangs.
 		})
 	}
 }
