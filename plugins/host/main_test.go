@@ -77,7 +77,7 @@ func isolate(t *testing.T) {
 func assertNoChildren(t *testing.T) {
 	t.Helper()
 	var kids []string
-	for deadline := time.Now().Add(2 * time.Second); ; {
+	for deadline := time.Now().Add(testbin.WaitLimit); ; {
 		kids = children(t)
 		if len(kids) == 0 || time.Now().After(deadline) {
 			break

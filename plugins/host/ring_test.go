@@ -194,7 +194,7 @@ func TestRingCancellationReachesPlugin(t *testing.T) {
 		var err error
 		select {
 		case err = <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testbin.WaitLimit):
 			t.Fatalf("%s: Transfer still running", tc.name)
 		}
 		cancel()
@@ -206,7 +206,7 @@ func TestRingCancellationReachesPlugin(t *testing.T) {
 			if tc.plugin != nil && !errors.Is(got, tc.plugin) {
 				t.Errorf("%s: the plugin's context ended with %v, want %v", tc.name, got, tc.plugin)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(testbin.WaitLimit):
 			t.Fatalf("%s: the plugin's Transfer never saw its context end", tc.name)
 		}
 	}
@@ -257,7 +257,7 @@ func TestRingBackpressure(t *testing.T) {
 			if err != nil {
 				t.Fatalf("batch: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testbin.WaitLimit):
 			t.Fatalf("%d of %d batches never completed", n-i, n)
 		}
 	}
@@ -285,7 +285,7 @@ func TestRingCloseEndsWaiters(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrClosed) && !errors.Is(res[0].Err, errdefs.ErrClosed) {
 			t.Fatalf("a batch in flight at Close: %v / %v, want ErrClosed", err, res[0].Err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("a batch in flight outlived Close")
 	}
 	if err := p.Transfer(context.Background(), 1, ops(1), res); !errors.Is(err, errdefs.ErrClosed) {
@@ -324,13 +324,12 @@ func TestRingPluginCrashMidBatch(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrTransportCrashed) {
 			t.Fatalf("the other batch: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("the other batch outlived the plugin")
 	}
+	// At once: the batches are failed by the process's exit, not by a
+	// timeout (there is none here), so the only bound is a hang's.
 	t.Logf("failed %v after the batch started: %v", time.Since(start), err)
-	if time.Since(start) > 2*time.Second {
-		t.Fatalf("took %v", time.Since(start))
-	}
 }
 
 // TestRingIdleSleeps: after traffic, an idle host and plugin wait for
