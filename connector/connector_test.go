@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
@@ -250,7 +253,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, testbin.WaitLimit)
 	defer cancel()
 	err = batch.Wait(wctx)
 	if !errors.Is(err, connector.ErrTransportCrashed) {
@@ -499,7 +502,8 @@ func TestRestartGivesUp(t *testing.T) {
 	ctx := context.Background()
 	b := newNode(t)
 	alloc(t, b, 1<<20)
-	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir})
+	core, logs := observer.New(zapcore.WarnLevel)
+	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir}, connector.WithLogger(zap.New(core)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +518,9 @@ func TestRestartGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	testbin.Eventually(t, "the node to report the transport down", func() bool { return !a.Status().Healthy })
-	time.Sleep(200 * time.Millisecond) // both restart attempts have failed by now
+	testbin.Eventually(t, "both restart attempts to fail", func() bool {
+		return logs.FilterMessageSnippet("giving up restarting the transport plugin").Len() > 0
+	})
 	if st := a.Status(); st.Healthy || st.Transports[0].Restarts != 0 {
 		t.Fatalf("status %+v: want the transport down and never restarted", st)
 	}

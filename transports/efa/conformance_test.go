@@ -33,22 +33,34 @@ var softProviders = []struct {
 	{name: "shm", opts: `{"provider":"shm","op_timeout":"3s"}`},
 }
 
-// TestConformance runs the suite over each software provider in process,
-// over in-memory gRPC and as a plugin, and as a plugin over shm without
-// CMA.
+// TestConformance runs the suite over each software provider in process
+// and over in-memory gRPC, and as a plugin over the first (tcp;ofi_rxm);
+// TestConformancePlugins runs it as a plugin over the others.
 func TestConformance(t *testing.T) {
-	bin, err := testbin.Build("./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range softProviders {
+	for i, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
-			transporttest.RunModes(t, transporttest.Modes{
+			m := transporttest.Modes{
 				New:     func() plugins.Transport { return efa.New() },
-				Binary:  bin,
 				Env:     p.env,
 				Options: []byte(p.opts),
-			})
+			}
+			if i == 0 {
+				m.Binary = testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
+			}
+			transporttest.RunModes(t, m)
+		})
+	}
+}
+
+// TestConformancePlugins runs the suite with the plugin binary over the
+// providers TestConformance runs it in process only, and over shm
+// without CMA.
+func TestConformancePlugins(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more as plugin processes")
+	bin := testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
+	for _, p := range softProviders[1:] {
+		t.Run(p.name, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin, p.env...), Options: []byte(p.opts)})
 		})
 	}
 	// shm copies with process_vm_readv/writev (CMA) when ptrace rules

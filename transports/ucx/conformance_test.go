@@ -53,17 +53,33 @@ func launch(t testing.TB, bin string) plugins.Transport {
 	return p
 }
 
-// TestConformance runs the suite over each lane list in process, over
-// in-memory gRPC and as a plugin.
+// TestConformance runs the suite over each lane list in process and over
+// in-memory gRPC, and as a plugin over the first two (tcp, and sm: shared
+// memory between processes); TestConformancePlugins runs it as a plugin
+// over the others.
 func TestConformance(t *testing.T) {
-	bin := pluginBinary(t)
-	for _, tls := range lanes {
+	for i, tls := range lanes {
 		t.Run(tls, func(t *testing.T) {
-			transporttest.RunModes(t, transporttest.Modes{
+			m := transporttest.Modes{
 				New:     func() plugins.Transport { return ucx.New() },
-				Binary:  bin,
 				Options: options(t, tls),
-			})
+			}
+			if i < 2 {
+				m.Binary = pluginBinary(t)
+			}
+			transporttest.RunModes(t, m)
+		})
+	}
+}
+
+// TestConformancePlugins runs the suite with the plugin binary over the
+// lane lists TestConformance runs it in process only.
+func TestConformancePlugins(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more as plugin processes")
+	bin := pluginBinary(t)
+	for _, tls := range lanes[2:] {
+		t.Run(tls, func(t *testing.T) {
+			transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: options(t, tls)})
 		})
 	}
 }
