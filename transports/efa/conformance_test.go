@@ -33,34 +33,48 @@ var softProviders = []struct {
 	{name: "shm", opts: `{"provider":"shm","op_timeout":"3s"}`},
 }
 
-// TestConformance runs the suite over each software provider in process
-// and over in-memory gRPC, and as a plugin over the first (tcp;ofi_rxm);
-// TestConformancePlugins runs it as a plugin over the others.
+// TestConformance runs the suite over each software provider in
+// process, and over shm (cheap to start) behind the plugin protocol too:
+// over in-memory gRPC and as the plugin binary. A tcp;ofi_rxm endpoint
+// takes half a second or more to open (a second more in a new process:
+// libfabric reads /proc/kallsyms at its first fi_getinfo), so its runs
+// behind the plugin protocol are TestConformancePlugins' (make test-long).
 func TestConformance(t *testing.T) {
-	for i, p := range softProviders {
+	for _, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
-			m := transporttest.Modes{
-				New:     func() plugins.Transport { return efa.New() },
+			if p.name != "shm" {
+				t.Run("InProcess", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newEFA), Options: []byte(p.opts)})
+				})
+				return
+			}
+			transporttest.RunModes(t, transporttest.Modes{
+				New:     newEFA,
+				Binary:  testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa"),
 				Env:     p.env,
 				Options: []byte(p.opts),
-			}
-			if i == 0 {
-				m.Binary = testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
-			}
-			transporttest.RunModes(t, m)
+			})
 		})
 	}
 }
 
-// TestConformancePlugins runs the suite with the plugin binary over the
-// providers TestConformance runs it in process only, and over shm
-// without CMA.
+// TestConformancePlugins runs the suite behind the plugin protocol over
+// the providers TestConformance runs it in process only, and as a plugin
+// over shm without CMA.
 func TestConformancePlugins(t *testing.T) {
-	testbin.Long(t, "the conformance suite once more as plugin processes")
+	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
 	bin := testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
-	for _, p := range softProviders[1:] {
+	for _, p := range softProviders {
+		if p.name == "shm" {
+			continue
+		}
 		t.Run(p.name, func(t *testing.T) {
-			transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin, p.env...), Options: []byte(p.opts)})
+			t.Run("InMemoryGRPC", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
+			})
+			t.Run("Plugin", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin, p.env...), Options: []byte(p.opts)})
+			})
 		})
 	}
 	// shm copies with process_vm_readv/writev (CMA) when ptrace rules
@@ -73,6 +87,8 @@ func TestConformancePlugins(t *testing.T) {
 		})
 	})
 }
+
+func newEFA() plugins.Transport { return efa.New() }
 
 // loggedTransport gives an in-process transport the test's logger.
 type loggedTransport struct {
