@@ -81,13 +81,26 @@ BENCH_ROUNDS ?= 5
 bench: build
 	$(BIN)/kvconnect bench --suite --rounds $(BENCH_ROUNDS) --out docs/PERFORMANCE.md
 
-## test: vet, build the plugin binaries, run every test with the race detector,
-## then the out-of-tree example plugin's tests (its own module); minutes, on 2 cores.
-## The long runs skip, naming make test-long.
-test: build
+# The executables tests launch (plugins, the CLI, the examples, the plugin
+# host's test programs), built with -race once into RACE_BIN for every test
+# process (internal/testbin links to them instead of linking its own).
+RACE_BIN := $(BIN)/race
+HOST_TESTDATA := $(filter-out ./plugins/host/testdata/needlib,$(patsubst %/main.go,./%,$(wildcard plugins/host/testdata/*/main.go)))
+.PHONY: race-bin
+race-bin:
+	@mkdir -p $(RACE_BIN)
+	$(GO) build -race -o $(RACE_BIN)/ ./cmd/... ./examples/... $(HOST_TESTDATA)
+
+## test: vet, build the plugin binaries, run every test with the race detector, and
+## beside them the out-of-tree example plugin's tests (its own module); minutes, on 2
+## cores. The long runs skip, naming make test-long.
+test: build race-bin
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
-	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./...
+	@(cd $(EXAMPLE_PLUGIN) && $(GO) test -race -count=1 -timeout 10m ./...) & example=$$!; \
+	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) $(GO) test -race -count=1 -timeout 20m ./...; main=$$?; \
+	wait $$example; example=$$?; \
+	[ $$main = 0 ] && [ $$example = 0 ] || { echo "make test: failed (main module exit $$main, example plugin exit $$example)"; exit 1; }
 
 # The long tests are the ones that call testbin.Long (they skip in make test):
 # found here, so a new one needs no entry in this file.
@@ -100,8 +113,8 @@ LONG_FUZZTIME ?= 5s
 ## test-long: what make test leaves out: the long tests with the race detector (100,000 regions,
 ## the multi-host suite beyond its smoke test, the 25-second soak), then every fuzz target
 ## for LONG_FUZZTIME (default 5s) beyond its seed corpus
-test-long: build
-	set -o pipefail; KVCONNECT_TEST_LONG=1 $(GO) test -race -count=1 -timeout 40m -v -run '^($(LONG_TESTS))$$' $(LONG_PACKAGES) | grep -v '^=== RUN'
+test-long: build race-bin
+	set -o pipefail; KVCONNECT_TEST_LONG=1 KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) $(GO) test -race -count=1 -timeout 40m -v -run '^($(LONG_TESTS))$$' $(LONG_PACKAGES) | grep -v '^=== RUN'
 	$(MAKE) fuzz FUZZTIME=$(LONG_FUZZTIME)
 
 ## soak: nodes moving verified blocks without pause for SOAK_DURATION (default 30m) while

@@ -85,6 +85,13 @@ func BuildIn(wd, pkg, name string) (string, error) {
 	} else {
 		names[name] = key
 	}
+	if prebuilt := prebuiltBinary(wd, pkg, name); prebuilt != "" {
+		if err := os.Symlink(prebuilt, out); err != nil {
+			return "", err
+		}
+		built[key] = out
+		return out, nil
+	}
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -97,6 +104,26 @@ func BuildIn(wd, pkg, name string) (string, error) {
 	}
 	built[key] = out
 	return out, nil
+}
+
+// EnvRaceDir names a directory of this module's executables built with
+// -race, each named after its package's directory (make test builds them
+// once there, so the test processes need not each link their own).
+const EnvRaceDir = "KVCONNECT_TESTBIN_RACE_DIR"
+
+// prebuiltBinary is the executable for pkg in $KVCONNECT_TESTBIN_RACE_DIR,
+// when the test binary has the race detector, pkg is a directory of this
+// module and name is the directory's name; "" when there is none.
+func prebuiltBinary(wd, pkg, name string) string {
+	dir := os.Getenv(EnvRaceDir)
+	if dir == "" || !raceEnabled || wd != ModuleRoot() || !strings.HasPrefix(pkg, "./") || filepath.Base(pkg) != name {
+		return ""
+	}
+	p := filepath.Join(dir, name)
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 // sweep removes the build directories of test processes that are gone
