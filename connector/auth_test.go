@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
@@ -106,7 +107,7 @@ func TestAuthenticatedNodes(t *testing.T) {
 		if n.Msg != "authenticated" {
 			t.Fatalf("notification %+v", n)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("no notification")
 	}
 	noSecretLogged(t, la, lb, lc)

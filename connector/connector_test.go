@@ -119,7 +119,7 @@ func TestEndToEndPlugin(t *testing.T) {
 		if n.From != a.SessionID() || n.Name != "done" || n.Msg != "blocks 0-9" {
 			t.Fatalf("notification %+v", n)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("no notification")
 	}
 }
@@ -567,7 +567,7 @@ func TestNotificationsClosedByClose(t *testing.T) {
 		if ok {
 			t.Fatal("a notification arrived after Close")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("Notifications is still open after Close")
 	}
 }

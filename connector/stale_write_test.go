@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 )
 
@@ -57,7 +58,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 	}
 	// Read the block back once the target answers again (the peer is
 	// suspect until its prober sees it), and once more a little later.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testbin.WaitLimit)
 	for {
 		err := a.TransferSyncRead(ctx, n.Session, back.Addr(), dst, size)
 		if err == nil {

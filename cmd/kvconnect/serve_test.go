@@ -158,7 +158,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 			nc.Close()
 		}
 	}()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testbin.WaitLimit)
 	for !strings.Contains(stderr.String(), "accept failed; retrying") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no accept failure reported with %d idle connections under a limit of 48:\n%s", len(conns), stderr.String())
@@ -174,7 +174,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 	if out, err := exec.Command("prlimit", "--pid", pid, "--nofile=4096:").CombinedOutput(); err != nil {
 		t.Fatalf("restoring the limit: %v %s", err, out)
 	}
-	deadline = time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(testbin.WaitLimit)
 	for !probe(session) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the handshake listener did not answer again after EMFILE:\n%s", stderr.String())
