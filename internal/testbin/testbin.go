@@ -65,7 +65,10 @@ func BuildIn(wd, pkg, name string) (string, error) {
 	defer mu.Unlock()
 	key := wd + "\x00" + pkg + "\x00" + name
 	if p, ok := built[key]; ok {
-		return p, nil
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		os.Remove(p) // moved or removed by its user: build it again
 	}
 	if dir == "" {
 		sweep()
