@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 )
@@ -37,7 +38,7 @@ func authNode(t *testing.T, secret string, opts ...connector.Option) (*connector
 	core, logs := observer.New(zapcore.DebugLevel)
 	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), AuthSecret: auth.Secret(secret), ConnectTimeout: 5 * time.Second}
-	c, err := connector.New(context.Background(), cfg, append([]connector.Option{connector.WithLogger(log), quickExit}, opts...)...)
+	c, err := connector.New(context.Background(), cfg, append([]connector.Option{connector.WithLogger(log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestAuthenticatedNodes(t *testing.T) {
 		if n.Msg != "authenticated" {
 			t.Fatalf("notification %+v", n)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("no notification")
 	}
 	noSecretLogged(t, la, lb, lc)

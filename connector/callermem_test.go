@@ -296,7 +296,7 @@ func TestAllocBatch(t *testing.T) {
 func TestCloseGivesRegisteredMemoryBack(t *testing.T) {
 	ctx := context.Background()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
-	a, err := connector.New(ctx, cfg, quickExit)
+	a, err := connector.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestChainOrder(t *testing.T) {
 func TestFallbackToTCP(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	cfg := connector.Config{Protocol: "nosuch", PluginDir: pluginDir(t)}
-	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zap.New(core)), quickExit)
+	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zap.New(core)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestFallbackToTCP(t *testing.T) {
 
 func TestStrictModeFailsWithDiagnosis(t *testing.T) {
 	cfg := connector.Config{Protocol: "nosuch", Fallback: []string{}, PluginDir: pluginDir(t)}
-	_, err := connector.New(context.Background(), cfg, quickExit)
+	_, err := connector.New(context.Background(), cfg)
 	var ce *connector.ChainError
 	if !errors.As(err, &ce) || !ce.Strict || len(ce.Attempts) != 1 {
 		t.Fatalf("got %v, want a strict *ChainError with one attempt", err)
@@ -88,7 +88,7 @@ func TestStrictModeFailsWithDiagnosis(t *testing.T) {
 
 func TestWholeChainFailsListsEveryAttempt(t *testing.T) {
 	cfg := connector.Config{Protocol: "nosuch", Fallback: []string{"alsomissing"}, PluginDir: pluginDir(t)}
-	_, err := connector.New(context.Background(), cfg, quickExit)
+	_, err := connector.New(context.Background(), cfg)
 	var ce *connector.ChainError
 	if !errors.As(err, &ce) || len(ce.Attempts) != 2 || ce.Strict {
 		t.Fatalf("got %v, want a *ChainError with two attempts", err)
@@ -105,7 +105,7 @@ func TestWholeChainFailsListsEveryAttempt(t *testing.T) {
 func TestConfigErrorStopsTheChain(t *testing.T) {
 	cfg := connector.Config{Protocol: "tcp", Fallback: []string{"nosuch"}, PluginDir: pluginDir(t),
 		Transports: map[string]map[string]any{"tcp": {"connections": 0}}}
-	_, err := connector.New(context.Background(), cfg, quickExit)
+	_, err := connector.New(context.Background(), cfg)
 	var ce *connector.ChainError
 	if !errors.As(err, &ce) || len(ce.Attempts) != 1 || !errors.Is(err, connector.ErrInvalidArgument) {
 		t.Fatalf("got %v, want the chain to stop after the tcp config error", err)
@@ -123,7 +123,7 @@ func TestConfigErrorStopsTheChain(t *testing.T) {
 // back to tcp, the other was configured for tcp; they exchange data.
 func TestMixedPeers(t *testing.T) {
 	ctx := context.Background()
-	fell, err := connector.New(ctx, connector.Config{Protocol: "nosuch", PluginDir: pluginDir(t)}, quickExit)
+	fell, err := connector.New(ctx, connector.Config{Protocol: "nosuch", PluginDir: pluginDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestMixedPeers(t *testing.T) {
 func TestRDMAFallsBackWithItsDiagnosis(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	c, err := connector.New(context.Background(), connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)},
-		connector.WithLogger(zap.New(core)), quickExit)
+		connector.WithLogger(zap.New(core)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestRDMAFallsBackWithItsDiagnosis(t *testing.T) {
 }
 
 func TestRDMAStrictFailsWithItsDiagnosis(t *testing.T) {
-	_, err := connector.New(context.Background(), connector.Config{Protocol: "rdma", Fallback: []string{}, PluginDir: pluginDir(t)}, quickExit)
+	_, err := connector.New(context.Background(), connector.Config{Protocol: "rdma", Fallback: []string{}, PluginDir: pluginDir(t)})
 	var ie *plugins.InitError
 	if !errors.Is(err, connector.ErrUnavailable) || !errors.As(err, &ie) || ie.Transport != "rdma" {
 		t.Fatalf("strict rdma on a host without RDMA: %v, want the rdma diagnosis", err)
@@ -192,7 +192,7 @@ func TestRDMAStrictFailsWithItsDiagnosis(t *testing.T) {
 // here) and a node configured for tcp exchange data both ways.
 func TestMixedPeersRDMAAndTCP(t *testing.T) {
 	ctx := context.Background()
-	r, err := connector.New(ctx, connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)}, quickExit)
+	r, err := connector.New(ctx, connector.Config{Protocol: "rdma", PluginDir: pluginDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestForcedTCPShowsInStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := connector.New(context.Background(), cfg, quickExit)
+	c, err := connector.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

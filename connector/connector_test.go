@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
@@ -27,33 +30,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
-// pluginDir builds the tcp and rdma plugins and returns the directory
-// holding them.
-func pluginDir(t *testing.T) string {
-	t.Helper()
-	var bin string
-	for _, name := range []string{"rdma", "tcp"} {
-		var err error
-		if bin, err = testbin.Build("./cmd/kvconnect-transport-"+name, "kvconnect-transport-"+name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return filepath.Dir(bin)
-}
+// pluginDir builds the plugins the connector's tests launch (tcp, and
+// rdma for the fallback chains) and returns the directory holding them.
+func pluginDir(t testing.TB) string { return testbin.PluginDir(t, "rdma", "tcp") }
 
-var quickExit = connector.WithLaunchHook(func(lc *host.LaunchConfig) {
-	lc.Env = append(lc.Env, "GORACE=atexit_sleep_ms=0")
-})
-
-func newNode(t *testing.T, opts ...connector.Option) *connector.Connector {
+func newNode(t testing.TB, opts ...connector.Option) *connector.Connector {
 	t.Helper()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
-	opts = append([]connector.Option{connector.WithLogger(zaptest.NewLogger(t)), quickExit}, opts...)
+	opts = append([]connector.Option{connector.WithLogger(zaptest.NewLogger(t))}, opts...)
 	c, err := connector.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +53,7 @@ func newNode(t *testing.T, opts ...connector.Option) *connector.Connector {
 	return c
 }
 
-func alloc(t *testing.T, c *connector.Connector, size int) *connector.Region {
+func alloc(t testing.TB, c *connector.Connector, size int) *connector.Region {
 	t.Helper()
 	r, err := c.Alloc(context.Background(), size)
 	if err != nil {
@@ -132,7 +119,7 @@ func TestEndToEndPlugin(t *testing.T) {
 		if n.From != a.SessionID() || n.Name != "done" || n.Msg != "blocks 0-9" {
 			t.Fatalf("notification %+v", n)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("no notification")
 	}
 }
@@ -154,7 +141,6 @@ func testNoPayloadInGRPC(t *testing.T, rings bool) {
 	const limit = 16 << 10
 	capGRPC := connector.WithLaunchHook(func(lc *host.LaunchConfig) {
 		lc.GRPCMaxMessageSize = limit
-		lc.Env = append(lc.Env, "GORACE=atexit_sleep_ms=0")
 	})
 	ctx := context.Background()
 	a, b := newNode(t, capGRPC), newNode(t, capGRPC)
@@ -240,7 +226,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 	goroutinesBefore := runtime.NumGoroutine()
 
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
-	a, err := connector.New(ctx, cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	a, err := connector.New(ctx, cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +253,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, testbin.WaitLimit)
 	defer cancel()
 	err = batch.Wait(wctx)
 	if !errors.Is(err, connector.ErrTransportCrashed) {
@@ -276,7 +262,7 @@ func TestPluginKilledMidBatch(t *testing.T) {
 	t.Logf("batch failed %v after the kill: %v", time.Since(killed), err)
 
 	// The node restarts the plugin.
-	waitFor(t, "the plugin to be restarted", func() bool {
+	testbin.Eventually(t, "the plugin to be restarted", func() bool {
 		st := a.Status()
 		return st.Healthy && st.Transports[0].Restarts == 1 && st.PluginPID != pid
 	})
@@ -305,15 +291,15 @@ func TestPluginKilledMidBatch(t *testing.T) {
 	if err := syscall.Kill(newPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("restarted plugin process %d still exists after Close (kill 0: %v)", newPID, err)
 	}
-	waitFor(t, "goroutines to return to their count before the node", func() bool { return runtime.NumGoroutine() <= goroutinesBefore })
-	waitFor(t, "descriptors to return to their count before the node", func() bool { return countFDs(t) <= fdsBefore })
+	testbin.Eventually(t, "goroutines to return to their count before the node", func() bool { return runtime.NumGoroutine() <= goroutinesBefore })
+	testbin.Eventually(t, "descriptors to return to their count before the node", func() bool { return countFDs(t) <= fdsBefore })
 }
 
 func TestCloseReleasesPluginAndRejectsUse(t *testing.T) {
 	ctx := context.Background()
 	fdsBefore := countFDs(t)
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}
-	a, err := connector.New(ctx, cfg, quickExit)
+	a, err := connector.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +323,7 @@ func TestCloseReleasesPluginAndRejectsUse(t *testing.T) {
 	if _, err := a.Open(ctx, "127.0.0.1:1"); !errors.Is(err, connector.ErrClosed) {
 		t.Fatalf("Open after Close: %v, want ErrClosed", err)
 	}
-	waitFor(t, "descriptors to be released", func() bool { return countFDs(t) <= fdsBefore })
+	testbin.Eventually(t, "descriptors to be released", func() bool { return countFDs(t) <= fdsBefore })
 }
 
 func TestInProcessTransport(t *testing.T) {
@@ -452,17 +438,6 @@ func countFDs(t *testing.T) int {
 	return len(ents)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestPeerRestartReconnects restarts the remote node on the same RPC port
 // (a decode server that crashed and came back): the batch in flight during
 // the outage fails with ErrPeerUnreachable, and the same *Peer reconnects
@@ -490,7 +465,7 @@ func TestPeerRestartReconnects(t *testing.T) {
 		t.Fatalf("batch while the peer is down: %v, want ErrPeerUnreachable", err)
 	}
 	rpcPort, _ := strconv.Atoi(port)
-	b2, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), RPCPort: rpcPort}, quickExit)
+	b2, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), RPCPort: rpcPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +502,8 @@ func TestRestartGivesUp(t *testing.T) {
 	ctx := context.Background()
 	b := newNode(t)
 	alloc(t, b, 1<<20)
-	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir}, quickExit)
+	core, logs := observer.New(zapcore.WarnLevel)
+	a, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: dir}, connector.WithLogger(zap.New(core)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,8 +517,10 @@ func TestRestartGivesUp(t *testing.T) {
 	if err := syscall.Kill(a.Status().PluginPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the node to report the transport down", func() bool { return !a.Status().Healthy })
-	time.Sleep(200 * time.Millisecond) // both restart attempts have failed by now
+	testbin.Eventually(t, "the node to report the transport down", func() bool { return !a.Status().Healthy })
+	testbin.Eventually(t, "both restart attempts to fail", func() bool {
+		return logs.FilterMessageSnippet("giving up restarting the transport plugin").Len() > 0
+	})
 	if st := a.Status(); st.Healthy || st.Transports[0].Restarts != 0 {
 		t.Fatalf("status %+v: want the transport down and never restarted", st)
 	}
@@ -579,7 +557,7 @@ func TestLargestBatchThroughPlugin(t *testing.T) {
 }
 
 func TestNotificationsClosedByClose(t *testing.T) {
-	a, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)}, quickExit)
+	a, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +567,7 @@ func TestNotificationsClosedByClose(t *testing.T) {
 		if ok {
 			t.Fatal("a notification arrived after Close")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("Notifications is still open after Close")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/config"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/connector"
 )
 
@@ -132,7 +133,7 @@ func TestHandshakeMemoryBoundedUnderFlood(t *testing.T) {
 	// The flood is on once the requests' share is held and more wait.
 	limit := int64(node.Status().HandshakeMemory.Limit)
 	share := (limit - config.HandshakeSmallReserve) / 2
-	waitFor(t, "the flood to fill the requests' share of the handshake memory", func() bool {
+	testbin.Eventually(t, "the flood to fill the requests' share of the handshake memory", func() bool {
 		hm := node.Status().HandshakeMemory
 		return hm.InUse >= share-1<<20 && hm.Waiting > 0
 	})
@@ -176,7 +177,7 @@ func TestHandshakeMemoryBoundedUnderFlood(t *testing.T) {
 
 	// Once the flood stops, everything is given back.
 	stopFlood()
-	waitFor(t, "the handshake memory to be given back", func() bool {
+	testbin.Eventually(t, "the handshake memory to be given back", func() bool {
 		hm := node.Status().HandshakeMemory
 		return hm.InUse == 0 && hm.Waiting == 0
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -110,7 +111,7 @@ func TestDataListenerSurvivesEMFILE(t *testing.T) {
 	}
 	// The plugin hits EMFILE: the last connections sit in its accept
 	// queue unaccepted, and it says so (once per burst).
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testbin.WaitLimit)
 	for logs.FilterMessageSnippet("accept failed on the data port").Len() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the plugin never reported an accept failure with %d connections open under a limit of 64", len(conns))

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/internal/testservers"
 	"github.com/kvconnect/kvconnect/metadata"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
@@ -24,7 +26,7 @@ import (
 func metaNode(t *testing.T, url string) *connector.Connector {
 	t.Helper()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), Metadata: url, MetadataTTL: time.Second, ConnectTimeout: 5 * time.Second}
-	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,19 +53,6 @@ func etcdBuffers(t *testing.T, e *testservers.Etcd, session string) int {
 	return len(d.Buffers)
 }
 
-// waitWithin polls cond every 20 ms until it holds or limit passes.
-func waitWithin(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestNodesFindEachOtherThroughEtcd: three nodes and one etcd: each opens
 // the others by segment name through etcd (not their RPC ports) and moves
 // verified bytes; a region allocated later is republished.
@@ -78,7 +67,7 @@ func TestNodesFindEachOtherThroughEtcd(t *testing.T) {
 		transporttest.Fill(srcs[i].Bytes(), uint64(i+1))
 	}
 	for _, n := range nodes {
-		waitWithin(t, 5*time.Second, "descriptor with both regions in etcd", func() bool { return etcdBuffers(t, e, n.SessionID()) == 2 })
+		testbin.Eventually(t, "descriptor with both regions in etcd", func() bool { return etcdBuffers(t, e, n.SessionID()) == 2 })
 	}
 	for i, from := range nodes {
 		to := nodes[(i+1)%3]
@@ -106,7 +95,7 @@ func TestNodesFindEachOtherThroughEtcd(t *testing.T) {
 		}
 	}
 	alloc(t, nodes[0], 4096)
-	waitWithin(t, 5*time.Second, "the new region republished", func() bool { return etcdBuffers(t, e, nodes[0].SessionID()) == 3 })
+	testbin.Eventually(t, "the new region republished", func() bool { return etcdBuffers(t, e, nodes[0].SessionID()) == 3 })
 	session := nodes[0].SessionID()
 	nodes[0].Close()
 	if n := etcdBuffers(t, e, session); n != -1 {
@@ -132,18 +121,28 @@ func TestKilledPeerGoneFromEtcd(t *testing.T) {
 	if err := a.Transfer(ctx, peer, write); err != nil {
 		t.Fatal(err)
 	}
-	b.kill()
-	took := waitWithin(t, 5*time.Second, "the killed node's key removed", func() bool { return etcdBuffers(t, e, b.Session) == -1 })
-	t.Logf("key gone %v after kill -9 (TTL 1s)", took)
-	if took > 2500*time.Millisecond {
-		t.Errorf("the key went %v after the kill; the lease TTL is 1s", took)
+	// The key lives under a lease of the node's TTL (1 s), so etcd drops
+	// it that long after the node stops renewing: asked of etcd, not
+	// timed, since a loaded machine delays when the test sees it.
+	cli := e.Client(t)
+	kv, err := cli.Get(ctx, metadata.NewKeys("").Segment(b.Session))
+	if err != nil || len(kv.Kvs) == 0 {
+		t.Fatalf("the node's key in etcd: %v %v", kv, err)
 	}
-	// The watch tells a's cache at once; batches fail fast, saying why.
+	if lease, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Kvs[0].Lease)); err != nil || lease.GrantedTTL != 1 {
+		t.Fatalf("the node's key lease: %+v %v, want a granted TTL of 1s", lease, err)
+	}
+	b.kill()
+	took := testbin.Eventually(t, "the killed node's key removed", func() bool { return etcdBuffers(t, e, b.Session) == -1 })
+	t.Logf("key gone %v after kill -9 (TTL 1s)", took)
+	// The watch tells a's cache at once; batches fail fast, saying why:
+	// not after a connect attempt (ConnectTimeout is 5 s; a slow batch is
+	// retried, so a loaded machine only makes this take longer).
 	var err2 error
-	waitWithin(t, 3*time.Second, "a batch failing as gone", func() bool {
+	testbin.Eventually(t, "a batch failing as gone", func() bool {
 		start := time.Now()
 		err2 = a.Transfer(ctx, peer, write)
-		return err2 != nil && strings.Contains(err2.Error(), "is gone") && time.Since(start) < 100*time.Millisecond
+		return err2 != nil && strings.Contains(err2.Error(), "is gone") && time.Since(start) < time.Second
 	})
 	if !errors.Is(err2, connector.ErrPeerUnreachable) || !strings.Contains(err2.Error(), "mooncake/ram/"+b.Session) {
 		t.Fatalf("batch to a gone peer: %v, want ErrPeerUnreachable naming its key", err2)
@@ -165,7 +164,7 @@ func TestEtcdRestartKeepsNodesWorking(t *testing.T) {
 	}
 	write := connector.Op{Kind: connector.OpWrite, LocalRegion: src.ID(), RemoteRegion: 1, Length: 1 << 20}
 	e.Stop()
-	waitWithin(t, 10*time.Second, "Status showing the service lost", func() bool { st := a.Status(); return st.Metadata != nil && !st.Metadata.Connected })
+	testbin.Eventually(t, "Status showing the service lost", func() bool { st := a.Status(); return st.Metadata != nil && !st.Metadata.Connected })
 	if st := a.Status(); !strings.Contains(st.Problem, "metadata service unreachable") {
 		t.Errorf("status problem %q", st.Problem)
 	}
@@ -173,8 +172,8 @@ func TestEtcdRestartKeepsNodesWorking(t *testing.T) {
 		t.Fatalf("a batch to a known peer while etcd is down: %v", err)
 	}
 	e.Start()
-	waitWithin(t, 15*time.Second, "Status showing the service back", func() bool { st := a.Status(); return st.Metadata != nil && st.Metadata.Connected })
-	waitWithin(t, 10*time.Second, "both keys in etcd", func() bool {
+	testbin.Eventually(t, "Status showing the service back", func() bool { st := a.Status(); return st.Metadata != nil && st.Metadata.Connected })
+	testbin.Eventually(t, "both keys in etcd", func() bool {
 		return etcdBuffers(t, e, a.SessionID()) == 1 && etcdBuffers(t, e, b.SessionID()) == 1
 	})
 	c := metaNode(t, e.URL())

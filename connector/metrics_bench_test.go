@@ -2,7 +2,6 @@ package connector_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,14 +9,6 @@ import (
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
-
-func tcpPluginDir(b *testing.B) string {
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return filepath.Dir(bin)
-}
 
 // BenchmarkTransferMetrics is the cost of metrics on the data path: one
 // op per batch between two nodes (tcp in-process, so the transport's own
@@ -37,8 +28,7 @@ func BenchmarkTransferMetrics(b *testing.B) {
 					if mode == "in-process" {
 						opts = append(opts, connector.WithInProcess("tcp"))
 					} else {
-						cfg.PluginDir = tcpPluginDir(b)
-						opts = append(opts, quickExit)
+						cfg.PluginDir = testbin.PluginDir(b, "tcp")
 					}
 					var reg *prometheus.Registry
 					node := func(name string) *connector.Connector {

@@ -37,7 +37,7 @@ func metricsNode(t *testing.T, cfg connector.Config, opts ...connector.Option) *
 		cfg.PluginDir = pluginDir(t)
 	}
 	cfg.MetricsAddress = "127.0.0.1:0"
-	opts = append([]connector.Option{connector.WithLogger(zaptest.NewLogger(t)), quickExit}, opts...)
+	opts = append([]connector.Option{connector.WithLogger(zaptest.NewLogger(t))}, opts...)
 	c, err := connector.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestMetricsPluginKilled(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "/healthz to answer 503", func() bool {
+	testbin.Eventually(t, "/healthz to answer 503", func() bool {
 		code, _ := get(t, endpointURL(b, "/healthz"))
 		return code == http.StatusServiceUnavailable
 	})
@@ -278,7 +278,7 @@ func TestMetricsPluginKilled(t *testing.T) {
 	if err := open(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "/healthz to answer 200 after the restart", func() bool {
+	testbin.Eventually(t, "/healthz to answer 200 after the restart", func() bool {
 		code, _ := get(t, endpointURL(b, "/healthz"))
 		return code == http.StatusOK
 	})
@@ -295,7 +295,7 @@ func TestMetricsPluginKilled(t *testing.T) {
 
 	// The peer reconnects to the restarted plugin; what the new instance
 	// serves adds to what the dead one did.
-	waitFor(t, "a write through the restarted plugin", func() bool { return a.Transfer(ctx, peer, write) == nil })
+	testbin.Eventually(t, "a write through the restarted plugin", func() bool { return a.Transfer(ctx, peer, write) == nil })
 	want(t, scrape(t, b), 2<<20, "kvconnect_served_bytes_total", "op", "write", "result", "completed")
 }
 
@@ -401,18 +401,18 @@ func TestMetricsEndpoint(t *testing.T) {
 	defer taken.Close()
 	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
 	start := time.Now()
-	_, err = connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: "127.0.0.1:" + port}, quickExit)
+	_, err = connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: "127.0.0.1:" + port})
 	if !errors.Is(err, connector.ErrInvalidArgument) || !strings.Contains(err.Error(), "port "+port) || !strings.Contains(err.Error(), "metrics_address") {
 		t.Fatalf("metrics_address on a taken port: %v, want an error naming the port and metrics_address", err)
 	}
 	t.Logf("failed after %v: %v", time.Since(start), err)
-	_, err = connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: "nope:nope"}, quickExit)
+	_, err = connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: "nope:nope"})
 	if !errors.Is(err, connector.ErrInvalidArgument) || !strings.Contains(err.Error(), "metrics_address") {
 		t.Fatalf("metrics_address nope:nope: %v", err)
 	}
 
 	goroutines := runtime.NumGoroutine()
-	c, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: ":0", BindAddress: "127.0.0.1"}, quickExit)
+	c, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), MetricsAddress: ":0", BindAddress: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("the metrics endpoint %s still accepts connections after Close", addr)
 	}
 	http.DefaultClient.CloseIdleConnections()
-	waitFor(t, "goroutines to return to their count before the node", func() bool { return runtime.NumGoroutine() <= goroutines })
+	testbin.Eventually(t, "goroutines to return to their count before the node", func() bool { return runtime.NumGoroutine() <= goroutines })
 }
 
 // TestWithMetricsRegistry: an embedder's registry gets the node's
@@ -455,7 +455,7 @@ func TestWithMetricsRegistry(t *testing.T) {
 	node := func(name string) prometheus.Registerer {
 		return prometheus.WrapRegistererWith(prometheus.Labels{"node": name}, reg)
 	}
-	a, err := connector.New(ctx, cfg, connector.WithMetrics(node("a")), quickExit)
+	a, err := connector.New(ctx, cfg, connector.WithMetrics(node("a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,12 +481,12 @@ func TestWithMetricsRegistry(t *testing.T) {
 	}
 
 	for _, r := range []prometheus.Registerer{node("a"), reg} {
-		_, err = connector.New(ctx, cfg, connector.WithMetrics(r), quickExit)
+		_, err = connector.New(ctx, cfg, connector.WithMetrics(r))
 		if !errors.Is(err, connector.ErrInvalidArgument) || !strings.Contains(err.Error(), "WrapRegistererWith") {
 			t.Fatalf("a second node on the same registry: %v, want ErrInvalidArgument saying how to tell them apart", err)
 		}
 	}
-	b, err := connector.New(ctx, cfg, connector.WithMetrics(node("b")), quickExit)
+	b, err := connector.New(ctx, cfg, connector.WithMetrics(node("b")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +504,7 @@ func TestWithMetricsRegistry(t *testing.T) {
 	strict := connector.Config{Protocol: "rdma", Fallback: []string{}, PluginDir: pluginDir(t)}
 	reg2 := prometheus.NewRegistry()
 	for range 2 {
-		if _, err := connector.New(ctx, strict, connector.WithMetrics(reg2), quickExit); !errors.Is(err, connector.ErrUnavailable) {
+		if _, err := connector.New(ctx, strict, connector.WithMetrics(reg2)); !errors.Is(err, connector.ErrUnavailable) {
 			t.Fatalf("strict rdma: %v", err)
 		}
 	}
@@ -549,7 +549,7 @@ func TestMetricsMetadataEtcd(t *testing.T) {
 		t.Errorf("resolve_duration_seconds (count) = %v\n%s", v, f.Dump("kvconnect_metadata_resolve_duration_seconds"))
 	}
 	e.Stop()
-	waitWithin(t, 20*time.Second, "the lost etcd in the metrics", func() bool {
+	testbin.Eventually(t, "the lost etcd in the metrics", func() bool {
 		f := scrape(t, b)
 		v, found := f.Get("kvconnect_metadata_connected", "backend", "etcd")
 		return found && v == 0 && f.Value("kvconnect_metadata_outages_total", "backend", "etcd") >= 1

@@ -31,7 +31,7 @@ func TestGivenUpWriteToMooncakeTargetIsReset(t *testing.T) {
 	ctx := context.Background()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 20 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "1s", "mooncake_lanes": 1, "chunk_size": "16MiB"}}}
-	c, err := connector.New(ctx, cfg, quickExit)
+	c, err := connector.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // EnvMooncakeBin names the directory holding unmodified Mooncake Transfer
@@ -66,12 +67,16 @@ func mooncakeArgs(session string, extra ...string) []string {
 		"--local_server_name=127.0.0.1:12346", "--segment_id=" + session}, extra...)
 }
 
-// poolModes are Mooncake's two client connection modes, and its two
-// protocol versions.
-var poolModes = []struct {
+// poolMode is one of Mooncake's client connection modes and protocol
+// versions, by its environment.
+type poolMode struct {
 	name string
 	env  []string
-}{
+}
+
+// poolModes are Mooncake's two client connection modes, and its two
+// protocol versions.
+var poolModes = []poolMode{
 	{"v2", nil},
 	{"v2-pool", []string{"MC_TCP_ENABLE_CONNECTION_POOL=1"}},
 	{"v1", []string{"MC_TCP_PROTO=1"}},
@@ -88,7 +93,7 @@ func TestMooncakeValidatorAgainstNode(t *testing.T) {
 	for _, m := range poolModes {
 		t.Run(m.name, func(t *testing.T) {
 			out, code := mooncake(t, bin, m.env, mooncakeArgs(node.SessionID(),
-				"--block_size=65536", "--batch_size=16", "--threads=2", "--duration=2")...)
+				"--block_size=65536", "--batch_size=16", "--threads=2", "--duration=1")...)
 			if code != 0 || strings.Count(out, "Data validation passed") != 2 || strings.Contains(out, "integrity") {
 				t.Fatalf("validator exited %d:\n%s", code, out)
 			}
@@ -97,12 +102,25 @@ func TestMooncakeValidatorAgainstNode(t *testing.T) {
 }
 
 // TestMooncakeBenchAgainstNode: Mooncake's bench, as initiator, writes to
-// and reads from a kvconnect node.
+// and reads from a kvconnect node, in Mooncake's default mode (the
+// validator runs in every mode; the bench in the others is
+// TestMooncakeBenchAgainstNodeAllModes').
 func TestMooncakeBenchAgainstNode(t *testing.T) {
+	mooncakeBenchAgainstNode(t, poolModes[:1])
+}
+
+// TestMooncakeBenchAgainstNodeAllModes is TestMooncakeBenchAgainstNode in
+// Mooncake's other connection modes and protocol versions.
+func TestMooncakeBenchAgainstNodeAllModes(t *testing.T) {
+	testbin.Long(t, "Mooncake's bench in three more modes")
+	mooncakeBenchAgainstNode(t, poolModes[1:])
+}
+
+func mooncakeBenchAgainstNode(t *testing.T, modes []poolMode) {
 	bin := mooncakeBin(t, "transfer_engine_bench")
 	node := newNode(t)
 	alloc(t, node, 64<<20)
-	for _, m := range poolModes {
+	for _, m := range modes {
 		for _, op := range []string{"write", "read"} {
 			t.Run(m.name+"/"+op, func(t *testing.T) {
 				out, code := mooncake(t, bin, m.env, mooncakeArgs(node.SessionID(), "--operation="+op,
@@ -201,7 +219,7 @@ func TestNodeAgainstMooncakeTarget(t *testing.T) {
 			if v.opts != nil {
 				cfg.Transports = map[string]map[string]any{"tcp": v.opts}
 			}
-			c, err := connector.New(ctx, cfg, quickExit)
+			c, err := connector.New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +263,7 @@ func TestMooncakeTargetKilledMidTransfer(t *testing.T) {
 	ctx := context.Background()
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 10 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "3s"}}}
-	c, err := connector.New(ctx, cfg, quickExit)
+	c, err := connector.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

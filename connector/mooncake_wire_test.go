@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // These tests speak Mooncake's wire by hand, as an unmodified Mooncake
@@ -111,7 +112,7 @@ func TestMooncakeHandshake(t *testing.T) {
 		if n.Name != "agent1" || n.Msg != "notification7" || n.From != "" {
 			t.Fatalf("notification %+v", n)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("the Mooncake notify never reached Notifications")
 	}
 	// An RDMA Mooncake peer's connection handshake is refused with a reason.
@@ -241,7 +242,7 @@ func TestMooncakeDataProtocolRefusesBadRequests(t *testing.T) {
 // Mooncake TCP transport and its data port refuses Mooncake's protocol.
 func TestMooncakeInteropOff(t *testing.T) {
 	c, err := connector.New(context.Background(), connector.Config{Protocol: "tcp", PluginDir: pluginDir(t),
-		MooncakeInterop: config.Bool(false)}, quickExit)
+		MooncakeInterop: config.Bool(false)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func hostNode(t *testing.T, root *netns.Host) *connector.Connector {
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), Hostname: root.Addr,
 		TransferTimeout: 3 * time.Second, ConnectTimeout: 3 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "2s"}}}
-	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,6 @@ func benchIn(t *testing.T, h *netns.Host, args ...string) map[string]any {
 		t.Fatal(err)
 	}
 	cmd := h.Command(cli, append([]string{"bench", "--json", "--plugin-dir", pluginDir(t)}, args...)...)
-	cmd.Env = append(cmd.Environ(), "GORACE=atexit_sleep_ms=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -149,6 +148,7 @@ func TestMultiHostTransfers(t *testing.T) {
 // down: every batch fails within the timeout, naming the peer, never with
 // a bare "context canceled"; once the link is back the same Peer works.
 func TestLinkCutMidTransfer(t *testing.T) {
+	testbin.Long(t, "multi-host suite beyond its smoke test, TestMultiHostTransfers")
 	root, others := hosts(t, "b")
 	a := hostNode(t, root)
 	nb := serve(t, others[0].Command, "--alloc", "16MiB")
@@ -242,6 +242,7 @@ func TestLinkCutMidTransfer(t *testing.T) {
 // (SIGKILL, plugins too) and started again on the same address: the same
 // Peer reaches the new node, and sees its new regions.
 func TestPeerHostRestartsOnSameAddress(t *testing.T) {
+	testbin.Long(t, "multi-host suite beyond its smoke test, TestMultiHostTransfers")
 	root, others := hosts(t, "b")
 	a := hostNode(t, root)
 	nb := serve(t, others[0].Command, "--alloc", "8MiB", "--rpc-port", "17002")

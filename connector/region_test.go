@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins/host"
@@ -140,7 +144,8 @@ func TestAllocWithASecondaryTransportDown(t *testing.T) {
 	t.Setenv(host.EnvPluginDir, "")
 	t.Setenv("PATH", dir)
 	ctx := context.Background()
-	c, err := connector.New(ctx, connector.Config{Protocol: "ucx", Fallback: []string{"tcp"}, PluginDir: dir}, quickExit)
+	core, logs := observer.New(zapcore.WarnLevel)
+	c, err := connector.New(ctx, connector.Config{Protocol: "ucx", Fallback: []string{"tcp"}, PluginDir: dir}, connector.WithLogger(zap.New(core)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +158,10 @@ func TestAllocWithASecondaryTransportDown(t *testing.T) {
 	if err := syscall.Kill(st.Transports[1].PluginPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "tcp to be reported down", func() bool { return !c.Status().Transports[1].Healthy })
-	time.Sleep(100 * time.Millisecond) // the one restart attempt has failed
+	testbin.Eventually(t, "tcp to be reported down", func() bool { return !c.Status().Transports[1].Healthy })
+	testbin.Eventually(t, "the one restart attempt to fail", func() bool {
+		return logs.FilterMessageSnippet("giving up restarting the transport plugin").Len() > 0
+	})
 	r, err := c.Alloc(ctx, 1<<20)
 	if err != nil {
 		t.Fatalf("Alloc with the kept tcp down: %v", err)

@@ -27,7 +27,7 @@ func ucxSMNode(t *testing.T) *connector.Connector {
 	}
 	cfg := connector.Config{Protocol: "ucx", PluginDir: dir,
 		Transports: map[string]map[string]any{"ucx": {"tls": "sm"}}}
-	c, err := connector.New(context.Background(), cfg, quickExit)
+	c, err := connector.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("ucx on shared-memory lanes: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestOtherHostPeerSkipsSameHostOnlyTransport(t *testing.T) {
 	}
 	cmd := exec.Command("unshare", "--ipc", cli, "serve", "--alloc", "1MiB", "--protocol", "ucx",
 		"--plugin-dir", filepath.Dir(cli), "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_TRANSPORTS__UCX__TLS=sm")
+	cmd.Env = append(os.Environ(), "KVCONNECT_TRANSPORTS__UCX__TLS=sm")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -126,7 +126,7 @@ func TestStrictNodesWithNothingInCommon(t *testing.T) {
 	if _, err := testbin.Build("./cmd/kvconnect-transport-ucx", "kvconnect-transport-ucx"); err != nil {
 		t.Fatal(err)
 	}
-	strict, err := connector.New(context.Background(), connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir}, quickExit)
+	strict, err := connector.New(context.Background(), connector.Config{Protocol: "ucx", Fallback: []string{}, PluginDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,6 @@ func serve(t *testing.T, wrap func(name string, args ...string) *exec.Cmd, args 
 	}
 	args = append([]string{"serve", "--alloc", "1MiB", "--plugin-dir", pluginDir(t), "--log-level", "warn"}, args...)
 	cmd := wrap(cli, args...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()

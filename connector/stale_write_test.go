@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 )
 
@@ -25,7 +26,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 	n := serve(t, nil)
 	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 10 * time.Second,
 		Transports: map[string]map[string]any{"tcp": {"op_timeout": "1s"}}}
-	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), quickExit)
+	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 	}
 	// Read the block back once the target answers again (the peer is
 	// suspect until its prober sees it), and once more a little later.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testbin.WaitLimit)
 	for {
 		err := a.TransferSyncRead(ctx, n.Session, back.Addr(), dst, size)
 		if err == nil {

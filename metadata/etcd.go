@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -164,7 +165,10 @@ func tlsError(err error) error {
 		return fmt.Errorf("%w: TLS: the server's certificate is not trusted (check the CA file): %v", errdefs.ErrUnauthenticated, err)
 	case errors.As(err, &oe) && oe.Op == "remote error":
 		return fmt.Errorf("%w: TLS: the server refused the handshake (it may require a client certificate: check the certificate and key files): %v", errdefs.ErrUnauthenticated, err)
-	case errors.As(err, &rh), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &rh), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		// A plain server that closes on a ClientHello it has not read
+		// (etcd does, when it is slow to) resets the connection instead.
+		errors.Is(err, syscall.ECONNRESET):
 		return fmt.Errorf("%w: TLS: the server does not speak TLS on this port (%v)", errdefs.ErrUnauthenticated, err)
 	}
 	return fmt.Errorf("TLS handshake: %w", err)

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/internal/testservers"
 )
 
@@ -81,7 +82,7 @@ func TestEtcdPublishResolve(t *testing.T) {
 	if err := a.Publish(ctxT(t), "10.0.0.1:15001", d2, RPCLocation{Host: "10.0.0.1", Port: 15001}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "resolver sees the new descriptor", func() bool {
+	testbin.Eventually(t, "resolver sees the new descriptor", func() bool {
 		got, err := b.Resolve(ctxT(t), "10.0.0.1:15001")
 		return err == nil && string(got) == string(d2)
 	})
@@ -139,7 +140,7 @@ func TestEtcdClose(t *testing.T) {
 			t.Errorf("%s still there right after Close", k)
 		}
 	}
-	waitClosed(t, gone, 2*time.Second, "Gone after the peer closed")
+	testbin.WaitClosed(t, gone, "Gone after the peer closed")
 	if _, err := b.Resolve(ctxT(t), "node-a"); !errors.Is(err, errdefs.ErrUnknownPeer) {
 		t.Errorf("resolve after the peer closed: %v", err)
 	}
@@ -173,22 +174,21 @@ func TestEtcdNodeKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := b.Gone("victim")
-	time.Sleep(1500 * time.Millisecond) // the lease is renewed while the node lives
+	node.renewed(t, 2) // the lease is renewed while the node lives
 	if _, ok := etcdGet(t, cli, "mooncake/ram/victim"); !ok {
 		t.Fatal("the key vanished while its node was alive")
 	}
-	killed := time.Now()
 	node.Process.Signal(syscall.SIGKILL)
 	node.Wait()
-	// TTL 1 s, and etcd checks expiry every 500 ms.
-	waitClosed(t, gone, 3*time.Second, "Gone after kill -9")
-	took := time.Since(killed)
+	// The lease expires helperTTL after the last renewal (etcd checks
+	// expiry every 500 ms).
+	took := testbin.WaitClosed(t, gone, "Gone after kill -9")
 	for _, k := range []string{"mooncake/ram/victim", "mooncake/rpc_meta/victim"} {
 		if _, ok := etcdGet(t, cli, k); ok {
 			t.Errorf("%s outlived its node", k)
 		}
 	}
-	t.Logf("keys gone %s after kill -9 (TTL 1s)", took.Round(time.Millisecond))
+	t.Logf("keys gone %s after kill -9 (TTL %v)", took.Round(time.Millisecond), helperTTL)
 }
 
 // TestEtcdRestart: etcd stopped and started again (same data): the node
@@ -208,7 +208,7 @@ func TestEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Stop()
-	waitFor(t, 5*time.Second, "the node notices the outage", func() bool { return !a.Status().Connected })
+	testbin.Eventually(t, "the node notices the outage", func() bool { return !a.Status().Connected })
 	st := a.Status()
 	if st.LostSince.IsZero() || st.LastError == "" || st.Outages != 1 {
 		t.Errorf("status during the outage: %+v", st)
@@ -216,11 +216,14 @@ func TestEtcdRestart(t *testing.T) {
 	if _, err := b.Resolve(ctxT(t), "node-a"); err != nil {
 		t.Errorf("cached resolve during the outage: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the resolver notices the outage", func() bool { return !b.Status().Connected })
-	start := time.Now()
-	_, err := b.Resolve(ctxT(t), "node-x")
-	if !errors.Is(err, errdefs.ErrPeerUnreachable) || !strings.Contains(err.Error(), e.Endpoint) || time.Since(start) > 100*time.Millisecond {
-		t.Errorf("uncached resolve during the outage: %v after %s, want a fast ErrPeerUnreachable naming %s", err, time.Since(start), e.Endpoint)
+	testbin.Eventually(t, "the resolver notices the outage", func() bool { return !b.Status().Connected })
+	// Known lost, the service is not asked: the answer comes even for a
+	// caller whose context has ended (asking would fail with ErrCanceled).
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Resolve(ended, "node-x")
+	if !errors.Is(err, errdefs.ErrPeerUnreachable) || !strings.Contains(err.Error(), e.Endpoint) {
+		t.Errorf("uncached resolve during the outage: %v, want ErrPeerUnreachable naming %s without asking etcd", err, e.Endpoint)
 	}
 	err = a.Publish(ctxT(t), "node-a", descriptor("node-a", 2), rpcOf(15001))
 	if !errors.Is(err, errdefs.ErrPeerUnreachable) {
@@ -228,15 +231,15 @@ func TestEtcdRestart(t *testing.T) {
 	}
 	time.Sleep(time.Second) // several failed retries: still one log line
 	e.Start()
-	waitFor(t, 10*time.Second, "the node reconnects", func() bool { return a.Status().Connected })
+	testbin.Eventually(t, "the node reconnects", func() bool { return a.Status().Connected })
 	cli := e.Client(t)
-	waitFor(t, 5*time.Second, "the publish made during the outage is written", func() bool {
+	testbin.Eventually(t, "the publish made during the outage is written", func() bool {
 		v, ok := etcdGet(t, cli, "mooncake/ram/node-a")
 		return ok && v == string(descriptor("node-a", 2))
 	})
 	renewals := a.Status().Renewals
-	waitFor(t, 5*time.Second, "the lease is renewed again", func() bool { return a.Status().Renewals > renewals })
-	waitFor(t, 5*time.Second, "the resolver sees the new descriptor", func() bool {
+	testbin.Eventually(t, "the lease is renewed again", func() bool { return a.Status().Renewals > renewals })
+	testbin.Eventually(t, "the resolver sees the new descriptor", func() bool {
 		got, err := b.Resolve(ctxT(t), "node-a")
 		return err == nil && string(got) == string(descriptor("node-a", 2))
 	})
@@ -254,7 +257,11 @@ func TestEtcdRestart(t *testing.T) {
 func TestEtcdLeaseLost(t *testing.T) {
 	e := testservers.StartEtcd(t, testservers.EtcdOptions{})
 	cli := e.Client(t)
-	a := openT(t, Options{URL: e.URL(), TTL: time.Second})
+	// A TTL no loaded machine outlasts, so the lease is lost only by the
+	// revocation (a 1 s TTL used to expire the new lease too, under load,
+	// and count a second republish); the supervisor's round that finds it
+	// lost is woken instead of waited for (every TTL/3).
+	a := openT(t, Options{URL: e.URL(), TTL: time.Minute})
 	if err := a.Publish(ctxT(t), "node-a", descriptor("node-a", 1), rpcOf(15001)); err != nil {
 		t.Fatal(err)
 	}
@@ -267,16 +274,18 @@ func TestEtcdLeaseLost(t *testing.T) {
 	if _, err := cli.Revoke(ctxT(t), clientv3.LeaseID(old)); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, gone, 2*time.Second, "Gone when the lease was revoked")
-	waitFor(t, 3*time.Second, "republished under a new lease", func() bool {
-		_, ok := etcdGet(t, cli, "mooncake/ram/node-a")
-		return ok
-	})
+	testbin.WaitClosed(t, gone, "Gone when the lease was revoked")
+	a.(*etcdService).wake()
+	// Counted once the keys are in etcd: wait for the count, then look.
+	testbin.Eventually(t, "republished under a new lease", func() bool { return a.Status().Republishes > 0 })
+	if _, ok := etcdGet(t, cli, "mooncake/ram/node-a"); !ok {
+		t.Error("republished, but the key is not in etcd")
+	}
 	st := a.Status()
 	if st.LeaseID == old || st.Republishes != 1 {
 		t.Errorf("status %+v, want a new lease and one republish", st)
 	}
-	waitFor(t, 2*time.Second, "resolvable again", func() bool { _, err := b.Resolve(ctxT(t), "node-a"); return err == nil })
+	testbin.Eventually(t, "resolvable again", func() bool { _, err := b.Resolve(ctxT(t), "node-a"); return err == nil })
 	if ch := b.Gone("node-a"); ch == gone {
 		t.Error("Gone returned the old, closed channel for the new incarnation")
 	}
@@ -290,7 +299,7 @@ func TestEtcdUnreachable(t *testing.T) {
 		start := time.Now()
 		_, err := Open(context.Background(), Options{URL: url, ConnectTimeout: time.Second})
 		took := time.Since(start)
-		if !errors.Is(err, errdefs.ErrPeerUnreachable) || took > 1500*time.Millisecond {
+		if !errors.Is(err, errdefs.ErrPeerUnreachable) || took > time.Second+hang {
 			t.Errorf("%s: %v after %s, want ErrPeerUnreachable within 1s", url, err, took)
 			continue
 		}
@@ -301,9 +310,10 @@ func TestEtcdUnreachable(t *testing.T) {
 		}
 	}
 	// A blackholed address: the dial itself times out.
+	hole := blackhole(t)
 	start := time.Now()
-	_, err := Open(context.Background(), Options{URL: "etcd://10.255.255.1:2379", ConnectTimeout: 500 * time.Millisecond})
-	if !errors.Is(err, errdefs.ErrPeerUnreachable) || time.Since(start) > time.Second || !strings.Contains(err.Error(), "10.255.255.1:2379") {
+	_, err := Open(context.Background(), Options{URL: "etcd://" + hole, ConnectTimeout: 500 * time.Millisecond})
+	if !errors.Is(err, errdefs.ErrPeerUnreachable) || time.Since(start) > 500*time.Millisecond+hang || !strings.Contains(err.Error(), hole) {
 		t.Errorf("blackhole: %v after %s", err, time.Since(start))
 	}
 	// A port that accepts connections and never answers: the timeout
@@ -331,7 +341,7 @@ func TestEtcdUnreachable(t *testing.T) {
 	start = time.Now()
 	_, err = Open(context.Background(), Options{URL: "etcd://" + ln.Addr().String(), ConnectTimeout: 700 * time.Millisecond})
 	took := time.Since(start)
-	if !errors.Is(err, errdefs.ErrPeerUnreachable) || took < 600*time.Millisecond || took > 1200*time.Millisecond ||
+	if !errors.Is(err, errdefs.ErrPeerUnreachable) || took < 600*time.Millisecond || took > 700*time.Millisecond+hang ||
 		!strings.Contains(err.Error(), ln.Addr().String()) || !strings.Contains(err.Error(), "did not answer within 700ms") {
 		t.Errorf("silent server: %v after %s, want ErrPeerUnreachable after 700ms naming %s", err, took, ln.Addr())
 	}
@@ -410,7 +420,8 @@ func TestEtcdTLS(t *testing.T) {
 	for _, tt := range tests {
 		start := time.Now()
 		_, err := Open(context.Background(), Options{URL: tt.url, TLS: tt.tls, ConnectTimeout: 3 * time.Second})
-		if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) || time.Since(start) > 2*time.Second {
+		// Not a timeout: well within ConnectTimeout, which a hang reaches.
+		if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) || time.Since(start) > 3*time.Second+hang {
 			t.Errorf("%s: %v after %s, want %v saying %q", tt.name, err, time.Since(start), tt.is, tt.want)
 		}
 	}
@@ -449,7 +460,7 @@ func TestEtcdGarbage(t *testing.T) {
 	if _, err := cli.Put(ctxT(t), "mooncake/ram/later", "{"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "garbage via the watch", func() bool {
+	testbin.Eventually(t, "garbage via the watch", func() bool {
 		_, err := s.Resolve(ctxT(t), "later")
 		return errors.Is(err, errdefs.ErrProtocol) && strings.Contains(err.Error(), "mooncake/ram/later")
 	})
@@ -550,7 +561,7 @@ func TestEtcdWatchCompacted(t *testing.T) {
 	if _, err := cli.Put(ctxT(t), "mooncake/ram/k", `{"name":"k","v":2}`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the new value after the watch was compacted away", func() bool {
+	testbin.Eventually(t, "the new value after the watch was compacted away", func() bool {
 		got, err := s.Resolve(ctxT(t), "k")
 		return err == nil && string(got) == `{"name":"k","v":2}`
 	})
@@ -558,7 +569,7 @@ func TestEtcdWatchCompacted(t *testing.T) {
 	if _, err := cli.Delete(ctxT(t), "mooncake/ram/k"); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, gone, 5*time.Second, "Gone after the resumed watch")
+	testbin.WaitClosed(t, gone, "Gone after the resumed watch")
 	if logs.FilterMessageSnippet("watch ended; reading the key again").Len() == 0 {
 		t.Error("the watch was not compacted away: the test did not test what it says")
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // ctxT is a context bounded for one test step.
@@ -51,30 +54,44 @@ func descriptor(name string, version int) []byte {
 
 func rpcOf(port int) RPCLocation { return RPCLocation{Host: "127.0.0.1", Port: port} }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
+// hang is what a bounded call may take beyond its timeout before the test
+// calls it a hang: a loaded machine runs late, never early, so bounds
+// are timeouts plus hang, and lower bounds are exact.
+const hang = 10 * time.Second
 
-// waitClosed waits for ch to be closed.
-func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what string) time.Duration {
+// blackhole returns a loopback address whose connection attempts time
+// out: a listener that never accepts, with its accept queue full, so the
+// kernel drops new SYNs (no address outside this machine is dialed).
+func blackhole(t *testing.T) string {
 	t.Helper()
-	start := time.Now()
-	select {
-	case <-ch:
-		return time.Since(start)
-	case <-time.After(timeout):
-		t.Fatalf("%s: not within %s", what, timeout)
-		return 0
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the accept queue until a connection attempt times out.
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 64 {
+			t.Fatal("the listener's accept queue never filled")
+		}
+	}
+	return addr
 }
 
 // noLeaks fails the test if goroutines started during it outlive it:
@@ -83,7 +100,7 @@ func noLeaks(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(testbin.WaitLimit)
 		for runtime.NumGoroutine() > before {
 			if time.Now().After(deadline) {
 				buf := make([]byte, 1<<20)
@@ -117,7 +134,7 @@ func TestHelperNode(t *testing.T) {
 	if segment == "" {
 		t.Skip("helper process for the node-killed tests")
 	}
-	s, err := Open(context.Background(), Options{URL: os.Getenv(envHelperURL), TTL: time.Second,
+	s, err := Open(context.Background(), Options{URL: os.Getenv(envHelperURL), TTL: helperTTL,
 		Password: Secret(os.Getenv(envHelperPwd)), ConnectTimeout: 5 * time.Second})
 	if err != nil {
 		fmt.Println("error:", err)
@@ -128,12 +145,55 @@ func TestHelperNode(t *testing.T) {
 		os.Exit(2)
 	}
 	fmt.Println("ready")
-	select {} // until killed
+	// Until killed: a line for each renewal of the keys, so the test
+	// sees them renewed instead of sleeping for it.
+	for seen := s.Status().Renewals; ; time.Sleep(5 * time.Millisecond) {
+		if n := s.Status().Renewals; n > seen {
+			seen = n
+			fmt.Println("renewed")
+		}
+	}
 }
 
-// startNode runs a helper node that publishes segment at url with a 1 s
-// TTL and returns once it has; kill it with SIGKILL.
-func startNode(t *testing.T, url, password, segment string) *exec.Cmd {
+// helperTTL is the helper node's TTL: short, so its keys expire soon
+// after it is killed, and three renewals long (one every TTL/3), so a
+// loaded machine delaying one renewal does not expire them while it
+// lives.
+const helperTTL = 3 * time.Second
+
+// helperNode is a running helper node.
+type helperNode struct {
+	*exec.Cmd
+	out *bufio.Reader
+}
+
+// renewed waits until the node has renewed its keys n more times.
+func (h *helperNode) renewed(t *testing.T, n int) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		for range n {
+			line, err := h.out.ReadString('\n')
+			if err != nil || strings.TrimSpace(line) != "renewed" {
+				done <- fmt.Errorf("helper node: %q %v", line, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testbin.WaitLimit):
+		t.Fatalf("the helper node did not renew its keys %d times within %v", n, testbin.WaitLimit)
+	}
+}
+
+// startNode runs a helper node that publishes segment at url with TTL
+// helperTTL and returns once it has; kill it with SIGKILL.
+func startNode(t *testing.T, url, password, segment string) *helperNode {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNode$", "-test.v=false")
 	cmd.Env = append(os.Environ(), envHelper+"="+segment, envHelperURL+"="+url, envHelperPwd+"="+password)
@@ -150,9 +210,10 @@ func startNode(t *testing.T, url, password, segment string) *exec.Cmd {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	line, _ := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	line, _ := r.ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {
 		t.Fatalf("helper node: %q", line)
 	}
-	return cmd
+	return &helperNode{Cmd: cmd, out: r}
 }

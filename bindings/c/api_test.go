@@ -11,11 +11,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // TestCProgram builds libkvconnect.so, compiles testdata/api_test.c
 // against include/kvconnect.h with the system's C compiler, and runs it:
@@ -33,14 +29,7 @@ func TestCProgram(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
 	}
-	var plugins string
-	for _, name := range []string{"rdma", "tcp"} {
-		bin, err := testbin.Build("./cmd/kvconnect-transport-"+name, "kvconnect-transport-"+name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plugins = filepath.Dir(bin)
-	}
+	plugins := testbin.PluginDir(t, "rdma", "tcp")
 	prog := filepath.Join(dir, "api_test")
 	cc := exec.Command(gcc, "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o", prog, "bindings/c/testdata/api_test.c",
 		"-Ibindings/c/include", "-L"+dir, "-lkvconnect", "-Wl,-rpath,"+dir, "-lpthread")
@@ -51,7 +40,7 @@ func TestCProgram(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, prog, plugins)
-	run.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	run.Env = append(os.Environ(), testbin.QuickExit)
 	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("api_test: %v\n%s", err, out)

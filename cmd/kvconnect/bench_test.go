@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,16 +15,12 @@ import (
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
-// benchPluginDir builds the tcp plugin binary and returns its directory.
+// benchPluginDir builds the tcp plugin binary and returns its directory;
+// the CLI under test reads no plugin directory from the environment.
 func benchPluginDir(t *testing.T) string {
 	t.Helper()
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(bin)
+	return testbin.PluginDir(t, "tcp")
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes it.
@@ -152,7 +147,7 @@ func TestBenchTargetInitiator(t *testing.T) {
 		}
 	}()
 	session := ""
-	for deadline := time.Now().Add(20 * time.Second); session == "" && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(testbin.WaitLimit); session == "" && time.Now().Before(deadline); {
 		for _, line := range strings.Split(tout.String(), "\n") {
 			if s, ok := strings.CutPrefix(line, "session="); ok {
 				session = s
@@ -192,7 +187,7 @@ func TestBenchRawServer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- root.Execute() }()
 	addr := ""
-	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testbin.WaitLimit); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if a, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "raw-server="); ok {
 			addr = a
 		}
@@ -212,7 +207,7 @@ func TestBenchRawServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testbin.WaitLimit):
 		t.Fatal("the raw server did not end with its stdin")
 	}
 }

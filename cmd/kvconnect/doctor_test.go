@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,32 +11,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // pluginDir builds every plugin binary in cmd/ and returns their directory.
-func pluginDir(t *testing.T) string {
-	t.Helper()
-	mains, _ := filepath.Glob(filepath.Join(testbin.ModuleRoot(), "cmd", "kvconnect-transport-*"))
-	var dir string
-	for _, m := range mains {
-		name := filepath.Base(m)
-		if gos, _ := filepath.Glob(filepath.Join(m, "*.go")); len(gos) == 0 {
-			continue
-		}
-		bin, err := testbin.Build("./cmd/"+name, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = filepath.Dir(bin)
-	}
-	if dir == "" {
-		t.Fatal("no plugin mains under cmd/")
-	}
-	return dir
-}
+func pluginDir(t *testing.T) string { return testbin.PluginDir(t) }
 
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -53,7 +30,6 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 
 func TestDoctorJSON(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	out, err := runCLI(t, "doctor", "--json", "--protocol", "rdma", "--plugin-dir", pluginDir(t))
 	if err != nil {
 		t.Fatalf("doctor: %v\n%s", err, out)
@@ -92,7 +68,6 @@ func TestDoctorJSON(t *testing.T) {
 
 func TestDoctorTableAndExitStatus(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	out, err := runCLI(t, "doctor", "--plugin-dir", pluginDir(t))
 	if err != nil {
 		t.Fatalf("doctor: %v", err)

@@ -33,7 +33,7 @@ type serveStatus struct {
 func startServeWithStatus(t *testing.T, args ...string) (serveStatus, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(kvconnectBin(t), append([]string{"serve", "--log-level", "info", "--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -63,18 +63,6 @@ func httpGet(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// waitUntil polls cond (a state of the node under test) until it holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the node's state
-	}
 }
 
 // TestServeMetrics is the acceptance run: kvconnect serve
@@ -173,7 +161,7 @@ func TestServeMetrics(t *testing.T) {
 	if err := syscall.Kill(st.PluginPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "/healthz to answer 503 after the plugin was killed", func() bool {
+	testbin.Eventually(t, "/healthz to answer 503 after the plugin was killed", func() bool {
 		code, _ := httpGet(t, base+"/healthz")
 		return code == http.StatusServiceUnavailable
 	})
@@ -184,7 +172,7 @@ func TestServeMetrics(t *testing.T) {
 	if err := open(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "/healthz to answer 200 after the restart", func() bool {
+	testbin.Eventually(t, "/healthz to answer 200 after the restart", func() bool {
 		code, _ := httpGet(t, base+"/healthz")
 		return code == http.StatusOK
 	})
@@ -240,7 +228,6 @@ func TestServeMetricsPortTaken(t *testing.T) {
 // bound, and a taken port is an error (exit 1) naming it.
 func TestDoctorMetricsAddress(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	out, err := runCLI(t, "doctor", "--plugin-dir", pluginDir(t), "--metrics-address", "127.0.0.1:0")
 	if err != nil || !strings.Contains(out, "metrics_address 127.0.0.1:0: bindable") {
 		t.Fatalf("doctor with a free metrics_address: %v\n%s", err, out)

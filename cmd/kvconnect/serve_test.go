@@ -39,7 +39,7 @@ func runServe(t *testing.T, args ...string) (int, string, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvconnectBin(t), append([]string{"serve", "--log-level", "warn"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
@@ -84,11 +84,8 @@ func TestServeFailsFastOnBadListenAddress(t *testing.T) {
 					t.Errorf("the error does not say %q", s)
 				}
 			}
-			// The bound is generous for a loaded machine; it exits in
-			// milliseconds (no plugin is started before the listener).
-			if took > 5*time.Second {
-				t.Errorf("serve took %v to fail", took)
-			}
+			// It exits in milliseconds (no plugin is started before the
+			// listener); runServe fails the test if it hangs.
 		})
 	}
 }
@@ -97,7 +94,6 @@ func TestServeFailsFastOnBadListenAddress(t *testing.T) {
 // the hostname and why.
 func TestDoctorFailsOnUnresolvableHostname(t *testing.T) {
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	out, err := runCLI(t, "doctor", "--hostname", "no-such-host.invalid", "--plugin-dir", pluginDir(t))
 	var ee exitError
 	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(out, `hostname "no-such-host.invalid" does not resolve`) {
@@ -110,7 +106,7 @@ func TestDoctorFailsOnUnresolvableHostname(t *testing.T) {
 func startServe(t *testing.T, args ...string) (string, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(kvconnectBin(t), append([]string{"serve", "--log-level", "info", "--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -162,7 +158,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 			nc.Close()
 		}
 	}()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testbin.WaitLimit)
 	for !strings.Contains(stderr.String(), "accept failed; retrying") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no accept failure reported with %d idle connections under a limit of 48:\n%s", len(conns), stderr.String())
@@ -178,7 +174,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 	if out, err := exec.Command("prlimit", "--pid", pid, "--nofile=4096:").CombinedOutput(); err != nil {
 		t.Fatalf("restoring the limit: %v %s", err, out)
 	}
-	deadline = time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(testbin.WaitLimit)
 	for !probe(session) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the handshake listener did not answer again after EMFILE:\n%s", stderr.String())
@@ -195,7 +191,7 @@ func TestRPCListenerSurvivesEMFILE(t *testing.T) {
 // ERROR line: the plugin does not die first.
 func TestServeCleanShutdownOnGroupSIGTERM(t *testing.T) {
 	cmd := exec.Command(kvconnectBin(t), "serve", "--log-level", "info", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -18,7 +18,7 @@ func TestEmbeddingExampleRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("example failed: %v\n%s", err, out)
@@ -31,7 +31,5 @@ func TestEmbeddingExampleRuns(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }

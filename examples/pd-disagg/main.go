@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -69,6 +70,7 @@ func main() {
 	protocol := flag.String("protocol", "tcp", "transport")
 	pluginDir := flag.String("plugin-dir", "", "directory holding kvconnect-transport-* (default: beside this binary)")
 	logLevel := flag.String("log-level", "warn", "log level")
+	hold := flag.Bool("hold", false, "decode role: once verified, keep the node up until standard input closes (the demo closes it when prefill is done)")
 	flag.Parse()
 
 	bs, err := units.ParseSize(*blockSize)
@@ -89,7 +91,11 @@ func main() {
 
 	switch *role {
 	case "decode":
-		err = runDecode(ctx, cfg, lay, log)
+		var until io.Reader
+		if *hold {
+			until = os.Stdin
+		}
+		err = runDecode(ctx, cfg, lay, until, log)
 	case "prefill":
 		_, err = runPrefill(ctx, cfg, lay, *session, *batch, *inflight, log)
 	case "demo":
@@ -114,7 +120,7 @@ func runDemo(ctx context.Context, cfg connector.Config, lay layout, batch, infli
 		return err
 	}
 	args := []string{"-role", "decode", "-layers", fmt.Sprint(lay.Layers), "-blocks", fmt.Sprint(lay.Blocks),
-		"-block-size", fmt.Sprint(lay.BlockSize), "-protocol", cfg.Protocol, "-log-level", log.Level().String()}
+		"-block-size", fmt.Sprint(lay.BlockSize), "-protocol", cfg.Protocol, "-log-level", log.Level().String(), "-hold"}
 	if cfg.PluginDir != "" {
 		args = append(args, "-plugin-dir", cfg.PluginDir)
 	}
@@ -124,6 +130,12 @@ func runDemo(ctx context.Context, cfg connector.Config, lay layout, batch, infli
 	if err != nil {
 		return err
 	}
+	// The decode node holds its node open until this closes: see runDecode.
+	done, err := child.StdinPipe()
+	if err != nil {
+		return err
+	}
+	defer done.Close()
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("starting the decode node: %w", err)
 	}
@@ -143,6 +155,7 @@ func runDemo(ctx context.Context, cfg connector.Config, lay layout, batch, infli
 		return errors.New("the decode node exited before it was ready")
 	}
 	res, err := runPrefill(ctx, cfg, lay, session, batch, inflight, log)
+	done.Close() // prefill has its answers: the decode node may close
 	if err != nil {
 		return err
 	}
@@ -257,7 +270,13 @@ func runPrefill(ctx context.Context, cfg connector.Config, lay layout, session s
 	return prefillResult{transport: st.Transport, mode: st.Mode, bytes: lay.total(), elapsed: elapsed}, nil
 }
 
-func runDecode(ctx context.Context, cfg connector.Config, lay layout, log *zap.Logger) error {
+// runDecode runs the decode node until prefill's kv_done notification has
+// been verified, then, when hold is not nil, until hold ends (EOF): the
+// node receives the notification before its answer to prefill's Notify
+// is written, and closing the node at once can cut that answer off
+// (prefill's Notify then fails with EOF although decode got it), so the
+// demo keeps it open until prefill is done.
+func runDecode(ctx context.Context, cfg connector.Config, lay layout, hold io.Reader, log *zap.Logger) error {
 	c, err := connector.New(ctx, cfg, connector.WithLogger(log))
 	if err != nil {
 		return err
@@ -296,6 +315,9 @@ func runDecode(ctx context.Context, cfg connector.Config, lay layout, log *zap.L
 	fmt.Printf("verified %d/%d blocks\n", good, len(m.CRC))
 	if good != len(m.CRC) {
 		return fmt.Errorf("decode: %d blocks have the wrong checksum", len(m.CRC)-good)
+	}
+	if hold != nil {
+		io.Copy(io.Discard, hold)
 	}
 	return nil
 }

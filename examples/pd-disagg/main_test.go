@@ -11,9 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // TestDemoSmall runs the demo binary end to end with a small layout: a
@@ -27,7 +25,7 @@ func TestDemoSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(demo, "-layers", "3", "-blocks", "16", "-block-size", "64KiB", "-batch", "10")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "KVCONNECT_PLUGIN_DIR="+filepath.Dir(demo))
+	cmd.Env = append(os.Environ(), "KVCONNECT_PLUGIN_DIR="+filepath.Dir(demo))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out)

@@ -23,13 +23,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
-
-// quickExit keeps race-built plugin processes from sleeping 1 s at exit.
-const quickExit = "GORACE=atexit_sleep_ms=0"
 
 // buildTestdata builds plugins/host/testdata/<name> (once per test process).
 func buildTestdata(t *testing.T, name string) string {
@@ -82,7 +77,7 @@ func isolate(t *testing.T) {
 func assertNoChildren(t *testing.T) {
 	t.Helper()
 	var kids []string
-	for deadline := time.Now().Add(2 * time.Second); ; {
+	for deadline := time.Now().Add(testbin.WaitLimit); ; {
 		kids = children(t)
 		if len(kids) == 0 || time.Now().After(deadline) {
 			break
@@ -122,7 +117,6 @@ func launchFails(t *testing.T, cfg LaunchConfig, step string, sentinels ...error
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
 	}
-	cfg.Env = append(cfg.Env, quickExit)
 	start := time.Now()
 	p, err := Launch(t.Context(), cfg)
 	took := time.Since(start)

@@ -2,14 +2,12 @@ package transporttest
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/host"
 )
@@ -40,7 +38,7 @@ func Plugin(path string, env ...string) func(*testing.T) plugins.Transport {
 		p, err := host.Launch(context.Background(), host.LaunchConfig{
 			Name: filepath.Base(path), Path: path, Logger: zaptest.NewLogger(t),
 			// race-built plugins otherwise sleep 1 s when they exit
-			Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...),
+			Env: append([]string{testbin.QuickExit}, env...),
 		})
 		if err != nil {
 			t.Fatalf("launching %s: %v", path, err)
@@ -49,35 +47,18 @@ func Plugin(path string, env ...string) func(*testing.T) plugins.Transport {
 	}
 }
 
-var (
-	buildMu sync.Mutex
-	builds  = map[string]string{}
-)
-
 // BuildPlugin builds the main package pkg (an import path, or a path
 // relative to the test's working directory, which is the module of the
-// package under test) into a temporary directory and returns the
-// executable's path. It builds with -race when the test binary has the
-// race detector, once per package per test process; the directory is
-// removed when the test that first asked for it ends.
+// package under test) and returns the executable's path. It builds with
+// -race when the test binary has the race detector, once per package per
+// test process, into the build directory every test of the process shares
+// (internal/testbin); a later test process removes it if this one could
+// not.
 func BuildPlugin(t testing.TB, pkg string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := builds[pkg]; ok {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+	bin, err := testbin.BuildIn("", pkg, filepath.Base(pkg))
+	if err != nil {
+		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, pkg)...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	builds[pkg] = out
-	return out
+	return bin
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kvconnect/kvconnect/auth"
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/netns"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // Config says how to soak.
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		secret = base64.StdEncoding.EncodeToString(b)
 		r.keys, _ = auth.NewKeyring(auth.Secret(secret))
 	}
-	env := []string{"GORACE=atexit_sleep_ms=0", "KVCONNECT_TRANSFER_TIMEOUT=" + transferTimeout.String(),
+	env := []string{testbin.QuickExit, "KVCONNECT_TRANSFER_TIMEOUT=" + transferTimeout.String(),
 		"KVCONNECT_TRANSPORTS__TCP__OP_TIMEOUT=" + opTimeout.String(), "KVCONNECT_AUTH_SECRET=" + secret}
 	region := workersPerTgt * sliceBlocks * blockSize
 	for i := 0; i < 2; i++ {

@@ -3,6 +3,7 @@ package soak_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,16 +19,23 @@ var (
 	seed     = flag.Uint64("soak.seed", 0, "fault schedule seed (0: random)")
 )
 
+// durationSet reports whether -soak.duration was given.
+func durationSet() (set bool) {
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "soak.duration" })
+	return set
+}
+
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // TestSoak moves verified blocks while faults are injected and checks the
 // guarantees: no corrupted block, every kind of fault injected and
 // recovered from, no hostile write landed, nothing leaked.
 func TestSoak(t *testing.T) {
+	if !durationSet() { // make soak sets it
+		testbin.Long(t, fmt.Sprintf("a %v soak under the race detector", *duration))
+	}
 	cli, err := testbin.Build("./cmd/kvconnect", "kvconnect")
 	if err != nil {
 		t.Fatal(err)

@@ -28,9 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(probeHelper())
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // probeHelper probes with LD_LIBRARY_PATH hidden from the probe's own
@@ -124,7 +122,7 @@ func launch(t *testing.T, env ...string) *host.Plugin {
 		t.Fatal(err)
 	}
 	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: ascend.Name, Path: bin, Logger: zaptest.NewLogger(t),
-		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
+		Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func BenchmarkBlocks1MiB(b *testing.B) {
 							b.Fatal(err)
 						}
 						newT = func() plugins.Transport {
-							p, err := host.Launch(context.Background(), host.LaunchConfig{Name: tr.name, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+							p, err := host.Launch(context.Background(), host.LaunchConfig{Name: tr.name, Path: bin})
 							if err != nil {
 								b.Fatal(err)
 							}

@@ -17,9 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "missing-library" {
 		os.Exit(missingLibraryHelper())
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 // softProviders are the libfabric software providers that implement the
@@ -35,21 +33,42 @@ var softProviders = []struct {
 	{name: "shm", opts: `{"provider":"shm","op_timeout":"3s"}`},
 }
 
-// TestConformance runs the suite over each software provider in process,
-// over in-memory gRPC and as a plugin, and as a plugin over shm without
-// CMA.
+// TestConformance runs the suite over each software provider in
+// process, and over shm over in-memory gRPC too (the plugin protocol).
+// An efa plugin process pays a second at its first fi_getinfo (libfabric
+// reads /proc/kallsyms) and a tcp;ofi_rxm endpoint half a second to open,
+// so the suite as plugin processes, and tcp;ofi_rxm behind the plugin
+// protocol, are TestConformancePlugins' (make test-long).
 func TestConformance(t *testing.T) {
-	bin, err := testbin.Build("./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
-			transporttest.RunModes(t, transporttest.Modes{
-				New:     func() plugins.Transport { return efa.New() },
-				Binary:  bin,
-				Env:     p.env,
-				Options: []byte(p.opts),
+			t.Run("InProcess", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newEFA), Options: []byte(p.opts)})
+			})
+			if p.name == "shm" {
+				t.Run("InMemoryGRPC", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
+				})
+			}
+		})
+	}
+}
+
+// TestConformancePlugins runs the suite as plugin processes over each
+// provider, over tcp;ofi_rxm over in-memory gRPC, and as a plugin over
+// shm without CMA.
+func TestConformancePlugins(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
+	bin := testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
+	for _, p := range softProviders {
+		t.Run(p.name, func(t *testing.T) {
+			if p.name != "shm" {
+				t.Run("InMemoryGRPC", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
+				})
+			}
+			t.Run("Plugin", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin, p.env...), Options: []byte(p.opts)})
 			})
 		})
 	}
@@ -63,6 +82,8 @@ func TestConformance(t *testing.T) {
 		})
 	})
 }
+
+func newEFA() plugins.Transport { return efa.New() }
 
 // loggedTransport gives an in-process transport the test's logger.
 type loggedTransport struct {

@@ -31,7 +31,7 @@ func pluginBin(t testing.TB) string {
 func launch(t testing.TB, bin string, env ...string) *host.Plugin {
 	t.Helper()
 	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "efa", Path: bin,
-		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
+		Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func missingLibraryHelper() int {
 	if err := check("in-process", err); err != nil {
 		return fail("%v", err)
 	}
-	p, err := host.Launch(ctx, host.LaunchConfig{Name: "efa", Path: os.Getenv(helperEnv + "_PLUGIN"), Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(ctx, host.LaunchConfig{Name: "efa", Path: os.Getenv(helperEnv + "_PLUGIN")})
 	if err != nil {
 		return fail("the plugin did not start without libfabric: %v", err)
 	}

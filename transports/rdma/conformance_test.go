@@ -29,21 +29,32 @@ var testingOptions = []byte(`{"testing_unsafe_tcp_lanes": true, "net_devices": "
 const allowTesting = rdma.AllowTestingEnv + "=1"
 
 // The rdma transport's data path (the UCX code it runs on RDMA hosts)
-// passes the conformance suite over the test-only tcp lanes, in-process,
-// over in-memory gRPC and as the plugin binary.
+// passes the conformance suite over the test-only tcp lanes in process.
+// Behind the plugin protocol that code is the ucx transport's, which
+// make test runs over the same lanes in every mode; the rdma plugin
+// binary starts in this package's plugin tests. The suite over in-memory
+// gRPC and as the rdma plugin binary is TestConformancePlugins'.
 func TestConformance(t *testing.T) {
 	t.Setenv(rdma.AllowTestingEnv, "1")
-	bin, err := testbin.Build("./cmd/kvconnect-transport-rdma", "kvconnect-transport-rdma")
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("InProcess", func(t *testing.T) {
+		transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newRDMA), Options: testingOptions})
+	})
+}
+
+// TestConformancePlugins is TestConformance over in-memory gRPC and as the
+// plugin binary.
+func TestConformancePlugins(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
+	t.Setenv(rdma.AllowTestingEnv, "1")
 	transporttest.RunModes(t, transporttest.Modes{
-		New:     func() plugins.Transport { return rdma.New() },
-		Binary:  bin,
+		New:     newRDMA,
+		Binary:  testbin.MustBuild(t, "./cmd/kvconnect-transport-rdma", "kvconnect-transport-rdma"),
 		Env:     []string{allowTesting},
 		Options: testingOptions,
 	})
 }
+
+func newRDMA() plugins.Transport { return rdma.New() }
 
 // With the test-only lanes the transport is still "rdma", runs only on
 // UCX's tcp lanes, and says loudly, in its summary and its log, that it is

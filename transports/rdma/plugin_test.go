@@ -19,9 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 func launch(t *testing.T, env ...string) *host.Plugin {
@@ -31,7 +29,7 @@ func launch(t *testing.T, env ...string) *host.Plugin {
 		t.Fatal(err)
 	}
 	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "rdma", Path: bin, Logger: zaptest.NewLogger(t),
-		Env: append([]string{"GORACE=atexit_sleep_ms=0"}, env...)})
+		Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func benchNode(b *testing.B, plugin bool) *bnode {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "tcp", Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "tcp", Path: bin})
 		if err != nil {
 			b.Fatal(err)
 		}

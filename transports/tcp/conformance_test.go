@@ -2,7 +2,6 @@ package tcp_test
 
 import (
 	"net"
-	"os"
 	"strconv"
 	"testing"
 
@@ -14,9 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 func TestConformance(t *testing.T) {
@@ -31,22 +28,33 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceAuthenticated runs the suite with authentication on
-// (every data connection proves the secret), in every mode, including
-// the Authentication test: strangers are refused.
+// (every data connection proves the secret), in process and over
+// in-memory gRPC (the keyring crosses the plugin protocol), including the
+// Authentication test: strangers are refused. The plugin process itself
+// is TestConformance's; with authentication, TestConformanceAuthenticatedPlugin.
 func TestConformanceAuthenticated(t *testing.T) {
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
+	transporttest.RunModes(t, transporttest.Modes{
+		New:  func() plugins.Transport { return tcp.New() },
+		Auth: conformanceKeyring(t),
+	})
+}
+
+// TestConformanceAuthenticatedPlugin is TestConformanceAuthenticated
+// with the plugin binary.
+func TestConformanceAuthenticatedPlugin(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more as plugin processes")
+	transporttest.Run(t, transporttest.Harness{
+		New:  transporttest.Plugin(testbin.MustBuild(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")),
+		Auth: conformanceKeyring(t),
+	})
+}
+
+func conformanceKeyring(t *testing.T) *auth.Keyring {
 	k, err := auth.NewKeyring("conformance-secret-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
-	transporttest.RunModes(t, transporttest.Modes{
-		New:    func() plugins.Transport { return tcp.New() },
-		Binary: bin,
-		Auth:   k,
-	})
+	return k
 }
 
 // mooncakeEndpoint makes a node's peers speak Mooncake's TCP data
@@ -65,15 +73,21 @@ func mooncakeEndpoint(t *testing.T, v int) func([]byte) []byte {
 // TestConformanceOverMooncakeProtocol runs the whole suite between two tcp
 // transports speaking Mooncake's TCP data protocol (v2) to each other:
 // the Mooncake client and the Mooncake server side of the tcp transport,
-// in-process and as plugins.
+// in process and over in-memory gRPC (as plugins:
+// TestConformanceOverMooncakeProtocolPlugin).
 func TestConformanceOverMooncakeProtocol(t *testing.T) {
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
 	transporttest.RunModes(t, transporttest.Modes{
 		New:          func() plugins.Transport { return tcp.New() },
-		Binary:       bin,
+		PeerEndpoint: mooncakeEndpoint(t, 2),
+	})
+}
+
+// TestConformanceOverMooncakeProtocolPlugin is
+// TestConformanceOverMooncakeProtocol with the plugin binary.
+func TestConformanceOverMooncakeProtocolPlugin(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more as plugin processes")
+	transporttest.Run(t, transporttest.Harness{
+		New:          transporttest.Plugin(testbin.MustBuild(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")),
 		PeerEndpoint: mooncakeEndpoint(t, 2),
 	})
 }

@@ -45,7 +45,7 @@ func BenchmarkWrite64x1MiB(b *testing.B) {
 						b.Fatal(err)
 					}
 					mk = func() plugins.Transport {
-						p, err := host.Launch(context.Background(), host.LaunchConfig{Name: v.plugin, Path: bin, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+						p, err := host.Launch(context.Background(), host.LaunchConfig{Name: v.plugin, Path: bin})
 						if err != nil {
 							b.Fatal(err)
 						}

@@ -46,25 +46,55 @@ func pluginBinary(t testing.TB) string {
 }
 
 func launch(t testing.TB, bin string) plugins.Transport {
-	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t),
-		Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: bin, Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-// TestConformance runs the suite over each lane list in process, over
-// in-memory gRPC and as a plugin.
+// TestConformance runs the suite over each lane list in process; over
+// tcp behind the plugin protocol too (in-memory gRPC and the plugin
+// binary), and over sm as the plugin binary as well (shared memory
+// between processes is what sm is for). TestConformancePlugins runs the
+// other combinations (make test-long).
 func TestConformance(t *testing.T) {
 	bin := pluginBinary(t)
 	for _, tls := range lanes {
 		t.Run(tls, func(t *testing.T) {
-			transporttest.RunModes(t, transporttest.Modes{
-				New:     func() plugins.Transport { return ucx.New() },
-				Binary:  bin,
-				Options: options(t, tls),
-			})
+			h := transporttest.Harness{New: transporttest.InProcess(newUCX), Options: options(t, tls)}
+			switch tls {
+			case "tcp":
+				transporttest.RunModes(t, transporttest.Modes{New: newUCX, Binary: bin, Options: h.Options})
+				return
+			case "sm":
+				t.Run("Plugin", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: h.Options})
+				})
+			}
+			t.Run("InProcess", func(t *testing.T) { transporttest.Run(t, h) })
 		})
 	}
 }
+
+// TestConformancePlugins runs the suite behind the plugin protocol over
+// the lane lists TestConformance runs it in process only: over in-memory
+// gRPC, and as the plugin binary where TestConformance does not.
+func TestConformancePlugins(t *testing.T) {
+	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
+	bin := pluginBinary(t)
+	for _, tls := range lanes[1:] {
+		t.Run(tls, func(t *testing.T) {
+			t.Run("InMemoryGRPC", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newUCX), Options: options(t, tls)})
+			})
+			if tls != "sm" {
+				t.Run("Plugin", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: options(t, tls)})
+				})
+			}
+		})
+	}
+}
+
+func newUCX() plugins.Transport { return ucx.New() }

@@ -17,7 +17,5 @@ func TestMain(m *testing.M) {
 			os.Exit(0)
 		}
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }

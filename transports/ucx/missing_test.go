@@ -73,7 +73,7 @@ func TestMissingLibraryDiagnosis(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0])
-			cmd.Env = append(os.Environ(), envHideMode+"="+mode, envHidePlugin+"="+bin, envHideTmp+"="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
+			cmd.Env = append(os.Environ(), envHideMode+"="+mode, envHidePlugin+"="+bin, envHideTmp+"="+t.TempDir())
 			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 			out, err := cmd.CombinedOutput()
 			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) {
@@ -130,7 +130,7 @@ func hideHelper() bool {
 	}
 	opts := []byte(`{"tls":"tcp"}`)
 	rep.InProcess = describe(ucx.New().Init(context.Background(), plugins.InitRequest{Hostname: "127.0.0.1", Options: opts}))
-	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: os.Getenv(envHidePlugin), Env: []string{"GORACE=atexit_sleep_ms=0"}})
+	p, err := host.Launch(context.Background(), host.LaunchConfig{Name: "ucx", Path: os.Getenv(envHidePlugin)})
 	if err != nil {
 		rep.Plugin = describe(plugins.InitResult{}, err)
 		return true

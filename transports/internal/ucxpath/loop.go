@@ -213,9 +213,12 @@ func (l *loop) backoff(stuck bool, now time.Time) {
 			"; a shared-memory FIFO may be wedged by a peer that died while sending to this node (UCX 1.13 cannot recover it; restart the transport)")
 	}
 	if stuckFor > 10*time.Millisecond {
-		time.Sleep(time.Millisecond)
+		backoffSleep(time.Millisecond)
 	}
 }
+
+// backoffSleep is how backoff sleeps (a test records it instead).
+var backoffSleep = time.Sleep
 
 func (l *loop) tickEvery() time.Duration {
 	return min(max(time.Duration(l.opts.OpTimeout)/8, time.Millisecond), 250*time.Millisecond)

@@ -14,14 +14,19 @@ import (
 // FIFO), the loop sleeps between polls instead of spinning, and says so
 // once after op_timeout.
 func TestBackoffWhenStuck(t *testing.T) {
+	var slept []time.Duration // backoff's sleeps, recorded instead of slept
+	backoffSleep = func(d time.Duration) { slept = append(slept, d) }
+	t.Cleanup(func() { backoffSleep = time.Sleep })
 	core, logs := observer.New(zap.ErrorLevel)
 	l := &loop{name: "ucx", opts: Options{OpTimeout: units.Duration(100 * time.Millisecond)}, log: zap.New(core)}
 	t0 := time.Now()
 	l.backoff(true, t0) // first busy round: no sleep
-	start := time.Now()
+	if len(slept) != 0 {
+		t.Fatalf("first busy round slept %v", slept)
+	}
 	l.backoff(true, t0.Add(20*time.Millisecond))
-	if d := time.Since(start); d < time.Millisecond {
-		t.Fatalf("stuck for 20ms: slept %v, want about 1ms", d)
+	if len(slept) != 1 || slept[0] != time.Millisecond {
+		t.Fatalf("stuck for 20ms: slept %v, want 1ms", slept)
 	}
 	l.backoff(true, t0.Add(200*time.Millisecond))
 	l.backoff(true, t0.Add(300*time.Millisecond))
@@ -29,9 +34,9 @@ func TestBackoffWhenStuck(t *testing.T) {
 		t.Fatalf("%d error logs, want one after op_timeout", n)
 	}
 	l.backoff(false, t0.Add(301*time.Millisecond)) // progress resets the streak
-	start = time.Now()
+	slept = nil
 	l.backoff(true, t0.Add(302*time.Millisecond))
-	if d := time.Since(start); d > 500*time.Microsecond || !l.stuckSince.Equal(t0.Add(302*time.Millisecond)) {
-		t.Fatalf("after progress the streak restarts: slept %v, since %v", d, l.stuckSince)
+	if len(slept) != 0 || !l.stuckSince.Equal(t0.Add(302*time.Millisecond)) {
+		t.Fatalf("after progress the streak restarts: slept %v, since %v", slept, l.stuckSince)
 	}
 }

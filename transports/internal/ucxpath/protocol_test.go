@@ -103,7 +103,7 @@ func TestRevokeProtocol(t *testing.T) {
 	c := newRawClient(t, res.Endpoint)
 	addr, _ := c.w.Address()
 	c.send(message{typ: msgHello, client: 42, where: thisPlace(), worker: addr})
-	m, ok := c.next(5 * time.Second)
+	m, ok := c.next(time.Minute)
 	if !ok || m.typ != msgWelcome || m.client != 42 || len(m.regions) != 2 ||
 		m.regions[0] != (liveRegion{1, tok1}) || m.regions[1] != (liveRegion{2, tok2}) {
 		t.Fatalf("welcome: %+v (ok=%v)", m, ok)
@@ -118,7 +118,7 @@ func TestRevokeProtocol(t *testing.T) {
 	// A client that never acknowledges: the deregistration times out and
 	// the region stays registered.
 	done := deregister(1)
-	m, ok = c.next(5 * time.Second)
+	m, ok = c.next(time.Minute)
 	if !ok || m.typ != msgRevoke || m.reason != revokeDeregistered || len(m.regions) != 1 || m.regions[0] != (liveRegion{1, tok1}) {
 		t.Fatalf("revoke: %+v (ok=%v)", m, ok)
 	}
@@ -133,7 +133,7 @@ func TestRevokeProtocol(t *testing.T) {
 
 	// A client that acknowledges: the deregistration completes.
 	done = deregister(2)
-	m, ok = c.next(5 * time.Second)
+	m, ok = c.next(time.Minute)
 	if !ok || m.typ != msgRevoke || m.regions[0].id != 2 {
 		t.Fatalf("revoke: %+v", m)
 	}
@@ -152,15 +152,15 @@ func TestRevokeProtocol(t *testing.T) {
 	register(3)
 	c.send(message{typ: msgBye, client: 42})
 	c.next(100 * time.Millisecond)
-	start := time.Now()
-	if err := <-deregister(3); err != nil || time.Since(start) > 500*time.Millisecond {
-		t.Fatalf("deregistration after bye: %v after %v", err, time.Since(start))
+	// Waited for, it would end in ErrTimeout after op_timeout (1s).
+	if err := <-deregister(3); err != nil {
+		t.Fatalf("deregistration after bye: %v", err)
 	}
 
 	// Garbage is dropped, and the transport still answers.
 	c.sendRaw([]byte("not a kvconnect message"))
 	c.send(message{typ: msgHello, client: 43, worker: addr})
-	if m, ok := c.next(5 * time.Second); !ok || m.typ != msgWelcome || m.client != 43 {
+	if m, ok := c.next(time.Minute); !ok || m.typ != msgWelcome || m.client != 43 {
 		t.Fatalf("welcome after garbage: %+v (ok=%v)", m, ok)
 	}
 }

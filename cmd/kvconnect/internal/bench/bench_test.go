@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -36,21 +35,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
-// tcpPluginDir builds the tcp plugin and returns its directory.
+// tcpPluginDir builds the tcp plugin and returns its directory; the
+// configuration under test reads no plugin directory from the environment.
 func tcpPluginDir(t *testing.T) string {
 	t.Helper()
 	t.Setenv("KVCONNECT_PLUGIN_DIR", "")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(bin)
+	return testbin.PluginDir(t, "tcp")
 }
 
 // rawServerCommand is the argv of a raw baseline server process: this
@@ -66,7 +59,7 @@ func checkGoroutines(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(testbin.WaitLimit)
 		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
