@@ -22,8 +22,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/config"
-	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // TestHandshakeMemoryBoundedUnderFlood: 300 unauthenticated connections
