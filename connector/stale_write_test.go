@@ -45,9 +45,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := syscall.Kill(-n.PGID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopGroup(t, n.PGID)
 	err = a.TransferSyncWrite(ctx, n.Session, late.Addr(), dst, size)
 	if !errors.Is(err, connector.ErrTimeout) {
 		syscall.Kill(-n.PGID, syscall.SIGCONT)

@@ -38,9 +38,7 @@ func TestStoppedPeerBecomesSuspect(t *testing.T) {
 		t.Fatalf("before the stop: %v", err)
 	}
 
-	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopGroup(t, pgid)
 	start := time.Now()
 	err = write()
 	if !errors.Is(err, connector.ErrTimeout) {

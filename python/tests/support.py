@@ -184,3 +184,24 @@ def http_metadata(case: unittest.TestCase) -> str:
     """`kvconnect metadata-server` (Mooncake's HTTP metadata protocol): its URL."""
     proc = Proc(case, [os.path.join(BIN, "kvconnect"), "metadata-server", "--listen", "127.0.0.1:0"])
     return json.loads(proc.wait_for(r'^\{.*"url".*\}\s*$').group(0))["url"]
+
+
+def stop_group(pgid: int) -> None:
+    """SIGSTOPs process group pgid and waits until every process in it is
+    stopped (kill returns before a process on another CPU has stopped)."""
+    os.killpg(pgid, signal.SIGSTOP)
+
+    def stopped():
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(rest) > 2 and rest[2] == str(pgid) and rest[0] not in ("T", "t", "Z"):
+                return False
+        return True
+
+    wait_until(f"process group {pgid} to stop", stopped, 60)

@@ -139,7 +139,7 @@ class ProcessTest(unittest.TestCase):
         """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(p.kill)
         self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
-        os.killpg(node.p.pid, signal.SIGSTOP)  # the peer hangs: the batch cannot end
+        support.stop_group(node.p.pid)  # the peer hangs: the batch cannot end
         self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -167,7 +167,7 @@ class ProcessTest(unittest.TestCase):
         """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(r.kill)
         self.assertEqual(r.stdout.readline().strip(), "ready")
-        os.killpg(node.p.pid, signal.SIGSTOP)  # the node hangs: the write can only end by the timeout
+        support.stop_group(node.p.pid)  # the node hangs: the write can only end by the timeout
         r.stdin.write("go\n")
         r.stdin.flush()
         stdout, stderr = r.communicate(timeout=120)
