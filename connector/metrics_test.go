@@ -371,7 +371,7 @@ func TestMetricsSuspectPeer(t *testing.T) {
 	if err := write(); err != nil {
 		t.Fatal(err)
 	}
-	stopGroup(t, n.PGID)
+	testbin.Stop(t, n.PGID, true)
 	defer syscall.Kill(-n.PGID, syscall.SIGCONT)
 	if err := write(); !errors.Is(err, connector.ErrTimeout) {
 		t.Fatalf("write to a stopped peer: %v, want ErrTimeout", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 )
 
@@ -54,9 +55,7 @@ func TestGivenUpWriteToMooncakeTargetIsReset(t *testing.T) {
 	}
 	before := bytes.Clone(src.Bytes())
 
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	testbin.Stop(t, proc.Pid, false)
 	defer proc.Signal(syscall.SIGCONT)
 	transporttest.Fill(src.Bytes(), 2)
 	err = c.TransferSyncWrite(ctx, session, src.Addr(), remote, size)

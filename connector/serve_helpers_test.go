@@ -3,11 +3,8 @@ package connector_test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,32 +81,4 @@ func (s *served) stop() {
 func (s *served) kill() {
 	syscall.Kill(-s.PGID, syscall.SIGKILL)
 	<-s.done
-}
-
-// stopGroup SIGSTOPs process group pgid and waits until every process in
-// it is stopped: kill returns before a process running on another CPU
-// has stopped, and a request sent meanwhile could still be served.
-func stopGroup(t *testing.T, pgid int) {
-	t.Helper()
-	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	testbin.Eventually(t, fmt.Sprintf("process group %d to stop", pgid), func() bool {
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return false
-		}
-		for _, e := range entries {
-			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-			if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "T" && f[0] != "t" && f[0] != "Z" {
-				return false
-			}
-		}
-		return true
-	})
 }

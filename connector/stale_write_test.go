@@ -45,7 +45,7 @@ func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stopGroup(t, n.PGID)
+	testbin.Stop(t, n.PGID, true)
 	err = a.TransferSyncWrite(ctx, n.Session, late.Addr(), dst, size)
 	if !errors.Is(err, connector.ErrTimeout) {
 		syscall.Kill(-n.PGID, syscall.SIGCONT)

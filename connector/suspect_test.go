@@ -38,7 +38,7 @@ func TestStoppedPeerBecomesSuspect(t *testing.T) {
 		t.Fatalf("before the stop: %v", err)
 	}
 
-	stopGroup(t, pgid)
+	testbin.Stop(t, pgid, true)
 	start := time.Now()
 	err = write()
 	if !errors.Is(err, connector.ErrTimeout) {

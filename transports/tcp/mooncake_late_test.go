@@ -99,9 +99,7 @@ func TestStoppedTargetDropsGivenUpMooncakeWrite(t *testing.T) {
 	}
 	st0 := served(t, target)
 
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	testbin.Stop(t, pid, false)
 	transporttest.Fill(src.Bytes, 2)
 	res, _ := a.Transfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: size}})
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
