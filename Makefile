@@ -121,7 +121,7 @@ test: build race-bin
 	$(GO) vet ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./...
 	@(cd $(EXAMPLE_PLUGIN) && $(GO) test -race -count=1 -timeout 10m ./...) & example=$$!; \
-	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) $(GO) test -race -count=1 -timeout 20m ./...; main=$$?; \
+	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so $(GO) test -race -count=1 -timeout 20m ./...; main=$$?; \
 	wait $$example; example=$$?; \
 	[ $$main = 0 ] && [ $$example = 0 ] || { echo "make test: failed (main module exit $$main, example plugin exit $$example)"; exit 1; }
 	$(MAKE) --no-print-directory test-python

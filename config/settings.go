@@ -221,6 +221,11 @@ var internalEnv = map[string]bool{
 	// load; and by its tests: the directory of the built binaries.
 	"KVCONNECT_LIBRARY": true,
 	"KVCONNECT_BIN":     true,
+	// Read by tests: the library make test built, the race-built
+	// executables, and whether the long tests run (make test-long).
+	"KVCONNECT_TEST_LIBKVCONNECT": true,
+	"KVCONNECT_TESTBIN_RACE_DIR":  true,
+	"KVCONNECT_TEST_LONG":         true,
 }
 
 // EnvName is the KVCONNECT_* variable for a key: upper case, levels

@@ -13,7 +13,11 @@ import (
 
 func TestMain(m *testing.M) { testbin.Main(m) }
 
-// TestCProgram builds libkvconnect.so, compiles testdata/api_test.c
+// EnvTestLibrary names a libkvconnect.so built from this tree (make test
+// sets it to bin/'s): TestCProgram then uses it instead of building one.
+const EnvTestLibrary = "KVCONNECT_TEST_LIBKVCONNECT"
+
+// TestCProgram builds libkvconnect.so (or takes $KVCONNECT_TEST_LIBKVCONNECT), compiles testdata/api_test.c
 // against include/kvconnect.h with the system's C compiler, and runs it:
 // the C API as a C program uses it (see the program's comment).
 func TestCProgram(t *testing.T) {
@@ -24,10 +28,17 @@ func TestCProgram(t *testing.T) {
 	dir := t.TempDir()
 	root := testbin.ModuleRoot()
 	lib := filepath.Join(dir, "libkvconnect.so")
-	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, "./bindings/c")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+	if built := os.Getenv(EnvTestLibrary); built != "" {
+		// make test built it a moment ago (make lib): link against that.
+		if err := os.Symlink(built, lib); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, "./bindings/c")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+		}
 	}
 	plugins := testbin.PluginDir(t, "rdma", "tcp")
 	prog := filepath.Join(dir, "api_test")
