@@ -375,6 +375,17 @@ func (e *engine) firstBuffer(session string, ms int64) (uint64, error) {
 	}
 	rs := p.Regions()
 	if len(rs) == 0 {
+		// Opened before the peer registered anything: fetch its
+		// segment again (a peer's regions are read when it is opened).
+		ctx, cancel := callTimeout(ms, time.Minute)
+		defer cancel()
+		p.Close(ctx)
+		if p, err = e.open(session, ms); err != nil {
+			return 0, err
+		}
+		rs = p.Regions()
+	}
+	if len(rs) == 0 {
 		return 0, codeErr(codeNotRegistered, fmt.Errorf("kvconnect: segment %s has no buffers registered: %w", session, connector.ErrUnknownRegion))
 	}
 	return rs[0].Addr, nil

@@ -131,6 +131,8 @@ class EtcdTest(unittest.TestCase):
         addr = support.buffer_address(buf)
         self.assertEqual(a.register_memory(addr, len(buf)), 0)
         remote = b.allocate_managed_buffer(1 << 20)
+        # b publishes its new buffer to etcd a moment later.
+        support.wait_until("b's buffer in etcd", lambda: a.get_first_buffer_address("127.0.0.1:16555") != 0)
         self.assertEqual(a.get_first_buffer_address("127.0.0.1:16555"), remote)
         self.assertEqual(a.transfer_sync_write("127.0.0.1:16555", addr, remote, len(buf)), 0, a.last_error())
         self.assertEqual(b.read_bytes_from_buffer(remote, len(buf)), bytes(buf))

@@ -129,9 +129,9 @@ class ProcessTest(unittest.TestCase):
             assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
             print('ready', flush=True)
             sys.stdin.readline()   # the node is stopped now
-            bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
-            print('waiting', bid, flush=True)
             try:
+                bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
+                print('waiting', bid, flush=True)
                 e.get_batch_transfer_status([bid])
                 print('returned', flush=True)
             except KeyboardInterrupt:
