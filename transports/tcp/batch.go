@@ -204,7 +204,10 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk, dire
 		if err != nil {
 			break
 		}
-		if c.enqueue(ctx, ch, direct) {
+		if ok, selfRead := c.enqueue(ctx, ch, direct); ok {
+			if selfRead {
+				c.readOwn(ctx)
+			}
 			return
 		}
 		err = fmt.Errorf("tcp: connection to peer %s broke: %w", p.name, plugins.ErrPeerUnreachable)

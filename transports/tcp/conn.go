@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,20 +17,33 @@ import (
 )
 
 // conn is one initiator connection to a peer. Chunks are queued in send
-// order; a sender goroutine writes them, a reader goroutine matches the
-// in-order responses to the head of the queue. When the connection breaks
-// every queued chunk fails and the conn is replaced on next use.
+// order; a sender goroutine writes them, and the responses, which come
+// in order, are matched to the head of the queue. When the connection
+// breaks every queued chunk fails and the conn is replaced on next use.
+//
+// The read side is a token (reading): the reader goroutine holds it
+// while requests are outstanding. A caller whose lone small chunk is the
+// only request outstanding writes it and reads its response itself
+// (enqueue, readOwn), so one small op wakes one goroutine, the caller,
+// instead of the reader which then wakes the caller: on a machine with
+// few processors that hand-off, and the thread the Go runtime wakes to
+// look for work at it, cost more than the op. With no request
+// outstanding no one reads: the next request first checks that the peer
+// has not closed the connection meanwhile (idleState).
 type conn struct {
 	p  *peer
 	nc net.Conn
+	br *bufio.Reader // the responses; used by the holder of reading only
 
 	mu      sync.Mutex
-	cond    sync.Cond
-	queue   []*chunk // [head, sent) sent and awaiting a response; [sent, len) not sent yet
+	cond    sync.Cond // the sender's: chunks to write, writing over, broken
+	rcond   sync.Cond // the reader goroutine's: requests outstanding with no one reading, broken
+	queue   []*chunk  // [head, sent) sent and awaiting a response; [sent, len) not sent yet
 	head    int
 	sent    int
 	err     error // non-nil once broken
 	writing bool  // a writer (the sender, or a caller writing its lone chunk) is writing chunks it took from the queue
+	reading bool  // a reader (the reader goroutine, or a caller reading its lone chunk's response) reads responses
 	nextReq uint64
 	fw      *frameWriter // used by the writer of the moment only
 
@@ -40,9 +54,20 @@ type conn struct {
 	wg sync.WaitGroup
 }
 
+// errPeerClosed and errUnsolicited are what idleState finds on a socket
+// no one reads.
+var (
+	errPeerClosed  = errors.New("the peer closed the connection")
+	errUnsolicited = errors.New("the peer sent bytes no request asked for")
+	// errNoResponseYet: a caller's read ended at its deadline before a
+	// byte of the response came; the stream is intact.
+	errNoResponseYet = errors.New("no response yet")
+)
+
 func newConn(p *peer, nc net.Conn) *conn {
-	c := &conn{p: p, nc: nc, fw: newFrameWriter(nc)}
+	c := &conn{p: p, nc: nc, br: bufio.NewReaderSize(nc, readBufferSize), fw: newFrameWriter(nc)}
 	c.cond.L = &c.mu
+	c.rcond.L = &c.mu
 	c.wg.Add(2)
 	go c.sendLoop()
 	go c.readLoop()
@@ -55,17 +80,31 @@ func (c *conn) broken() bool {
 	return c.err != nil
 }
 
-// enqueue queues ch for sending; false if the conn is broken. With
-// direct set (a batch of one small chunk) and nothing else waiting to be
-// written, the caller writes the chunk itself instead of handing it to
-// the sender goroutine: one goroutine hand-off less for a small op. That
-// write is bounded by ctx's deadline: past it the connection breaks (the
-// chunk and the requests behind it fail, and nothing given up lands later).
-func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) bool {
+// enqueue queues ch for sending; false if the conn is broken (or found
+// broken: its peer closed it while it was idle). With direct set (a
+// batch of one small chunk) and nothing else waiting to be written, the
+// caller writes the chunk itself instead of handing it to the sender
+// goroutine, bounded by ctx's deadline: past it the connection breaks
+// (the chunk and the requests behind it fail, and nothing given up
+// lands later). selfRead then says the caller holds the read side too:
+// it must call readOwn.
+func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRead bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return false
+		return false, false
+	}
+	if c.head == len(c.queue) && !c.reading {
+		// Idle: no one read the socket since the last response.
+		err := idleState(c.nc)
+		if err == nil && c.br.Buffered() > 0 {
+			err = errUnsolicited // came with the last response
+		}
+		if err != nil {
+			c.mu.Unlock()
+			c.fail(c.p.brokenErr("idle check", err))
+			return false, false
+		}
 	}
 	c.nextReq++
 	ch.reqID = c.nextReq
@@ -73,11 +112,17 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) bool {
 	if !direct || c.writing || c.sent != len(c.queue)-1 {
 		c.mu.Unlock()
 		c.cond.Signal()
-		return true
+		return true, false
 	}
 	c.sent = len(c.queue)
 	c.writing = true
+	if !c.reading && c.head == c.sent-1 {
+		selfRead, c.reading = true, true
+	}
 	c.mu.Unlock()
+	if !selfRead {
+		c.rcond.Signal()
+	}
 	if d, ok := ctx.Deadline(); ok {
 		c.nc.SetWriteDeadline(d)
 	}
@@ -90,7 +135,43 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) bool {
 	if werr != nil {
 		c.fail(c.p.brokenErr("send", werr))
 	}
-	return true
+	return true, selfRead
+}
+
+// readOwn reads the response to the caller's lone chunk, which enqueue
+// sent as the only request outstanding, then hands the read side to the
+// reader goroutine if requests were sent behind it. ctx bounds the wait:
+// when it ends before a byte of the response came, the reader goroutine
+// takes over (the chunk stays outstanding, as any other a caller gave up
+// on); when it ends mid-response, the connection breaks.
+func (c *conn) readOwn(ctx context.Context) {
+	if d, ok := ctx.Deadline(); ok {
+		c.nc.SetReadDeadline(d)
+	}
+	var fired chan struct{}
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			c.nc.SetReadDeadline(time.Unix(1, 0))
+			close(fired)
+		})
+	}
+	_, err := c.readOne()
+	if !stop() {
+		<-fired
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	if err != nil && !errors.Is(err, errNoResponseYet) {
+		c.fail(err)
+	}
+	c.mu.Lock()
+	c.reading = false
+	more := c.err == nil && c.head != c.sent
+	c.mu.Unlock()
+	if more {
+		c.rcond.Signal()
+	}
 }
 
 // write writes chunks as one burst (the target answers it in one write).
@@ -136,6 +217,7 @@ func (c *conn) fail(err error) {
 	}
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	c.rcond.Broadcast()
 	c.nc.Close()
 	c.mu.Lock()
 	for c.writing {
@@ -170,7 +252,11 @@ func (c *conn) sendLoop() {
 		batch = append(batch[:0], c.queue[c.sent:]...)
 		c.sent = len(c.queue)
 		c.writing = true
+		idle := !c.reading
 		c.mu.Unlock()
+		if idle {
+			c.rcond.Signal() // the reader goroutine reads the answers
+		}
 		werr := c.write(batch)
 		clear(batch)
 		c.mu.Lock()
@@ -184,71 +270,99 @@ func (c *conn) sendLoop() {
 	}
 }
 
+// readLoop reads responses while requests are outstanding and no caller
+// reads its own.
 func (c *conn) readLoop() {
 	defer c.wg.Done()
-	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	for {
+		c.mu.Lock()
+		for c.err == nil && (c.reading || c.head == c.sent) {
+			c.rcond.Wait()
+		}
+		if c.err != nil {
+			c.mu.Unlock()
+			return
+		}
+		c.reading = true
+		c.mu.Unlock()
+		for {
+			if _, err := c.readOne(); err != nil {
+				c.fail(err)
+				return
+			}
+			c.mu.Lock()
+			if c.err != nil || c.head == c.sent {
+				c.reading = false
+				c.mu.Unlock()
+				break
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// readOne reads one response and completes the chunk at the head of the
+// queue with it. The caller holds the read side. An error breaks the
+// connection (the caller fails it); started says whether any byte of
+// the response had been read.
+func (c *conn) readOne() (started bool, err error) {
 	var hb [wire.HeaderSize]byte
 	var h wire.Header
-	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			c.fail(c.p.brokenErr("receive", err))
-			return
+	if n, err := io.ReadFull(c.br, hb[:]); err != nil {
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			return false, fmt.Errorf("%w: %w", errNoResponseYet, c.p.brokenErr("receive", err))
 		}
-		if err := h.Decode(hb[:]); err != nil {
-			c.fail(fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol))
-			return
-		}
-		c.mu.Lock()
-		if c.head == c.sent {
-			c.mu.Unlock()
-			c.fail(fmt.Errorf("tcp: peer %s sent an unsolicited response (request %d): %w", c.p.name, h.ReqID, plugins.ErrProtocol))
-			return
-		}
-		ch := c.queue[c.head]
-		c.queue[c.head] = nil
-		c.head++
-		if c.head == len(c.queue) {
-			c.queue, c.head, c.sent = c.queue[:0], 0, 0
-		}
+		return n > 0, c.p.brokenErr("receive", err)
+	}
+	if err := h.Decode(hb[:]); err != nil {
+		return true, fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol)
+	}
+	c.mu.Lock()
+	if c.head == c.sent {
 		c.mu.Unlock()
-		want := wire.OpWriteAck
-		if ch.op == wire.OpRead {
-			want = wire.OpReadResp
-		}
-		if h.ReqID != ch.reqID || h.Op != want {
-			err := fmt.Errorf("tcp: peer %s answered request %d (%s) with %s for request %d: %w", c.p.name, ch.reqID, ch.op, h.Op, h.ReqID, plugins.ErrProtocol)
+		return true, fmt.Errorf("tcp: peer %s sent an unsolicited response (request %d): %w", c.p.name, h.ReqID, plugins.ErrProtocol)
+	}
+	ch := c.queue[c.head]
+	c.queue[c.head] = nil
+	c.head++
+	if c.head == len(c.queue) {
+		c.queue, c.head, c.sent = c.queue[:0], 0, 0
+	}
+	c.mu.Unlock()
+	want := wire.OpWriteAck
+	if ch.op == wire.OpRead {
+		want = wire.OpReadResp
+	}
+	if h.ReqID != ch.reqID || h.Op != want {
+		err := fmt.Errorf("tcp: peer %s answered request %d (%s) with %s for request %d: %w", c.p.name, ch.reqID, ch.op, h.Op, h.ReqID, plugins.ErrProtocol)
+		ch.complete(err)
+		return true, err
+	}
+	if h.Status != wire.StatusOK {
+		if h.Length != 0 {
+			err := fmt.Errorf("tcp: peer %s sent payload with error status %s: %w", c.p.name, h.Status, plugins.ErrProtocol)
 			ch.complete(err)
-			c.fail(err)
-			return
-		}
-		if h.Status != wire.StatusOK {
-			if h.Length != 0 {
-				err := fmt.Errorf("tcp: peer %s sent payload with error status %s: %w", c.p.name, h.Status, plugins.ErrProtocol)
-				ch.complete(err)
-				c.fail(err)
-				return
-			}
-			c.progress.Add(1)
-			ch.complete(ch.remoteError(c.p.name, h.Status))
-			continue
-		}
-		if ch.op == wire.OpRead {
-			if h.Length != uint64(len(ch.local)) {
-				err := fmt.Errorf("tcp: peer %s answered a %d-byte read with %d bytes: %w", c.p.name, len(ch.local), h.Length, plugins.ErrProtocol)
-				ch.complete(err)
-				c.fail(err)
-				return
-			}
-			if _, err := io.ReadFull(br, ch.local); err != nil {
-				err = c.p.brokenErr("receive", err)
-				ch.complete(err)
-				c.fail(err)
-				return
-			}
+			return true, err
 		}
 		c.progress.Add(1)
-		ch.complete(nil)
+		ch.complete(ch.remoteError(c.p.name, h.Status))
+		return true, nil
 	}
+	if ch.op == wire.OpRead {
+		if h.Length != uint64(len(ch.local)) {
+			err := fmt.Errorf("tcp: peer %s answered a %d-byte read with %d bytes: %w", c.p.name, len(ch.local), h.Length, plugins.ErrProtocol)
+			ch.complete(err)
+			return true, err
+		}
+		if _, err := io.ReadFull(c.br, ch.local); err != nil {
+			err = c.p.brokenErr("receive", err)
+			ch.complete(err)
+			return true, err
+		}
+	}
+	c.progress.Add(1)
+	ch.complete(nil)
+	return true, nil
 }
 
 // checkStalled fails the connection if it has had work outstanding with no

@@ -9,3 +9,7 @@ func unreadBytes(net.Conn) int { return 0 }
 
 // acceptPending is not known on this platform.
 func acceptPending(net.Listener) bool { return false }
+
+// idleState is not known on this platform: a connection the peer closed
+// while idle is found broken by the next request on it.
+func idleState(net.Conn) error { return nil }

@@ -42,3 +42,33 @@ func acceptPending(ln net.Listener) bool {
 	})
 	return ready
 }
+
+// idleState says what an idle initiator connection's socket holds, with
+// no one reading it: errPeerClosed when the peer closed it (EOF), an
+// error when it broke or holds bytes nothing asked for, nil when it is
+// fine (nothing to read). It peeks: it consumes nothing.
+func idleState(nc net.Conn) error {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var state error
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+		case err != nil:
+			state = err
+		case n == 0:
+			state = errPeerClosed
+		default:
+			state = errUnsolicited
+		}
+	})
+	return state
+}

@@ -1,0 +1,179 @@
+//go:build linux
+
+package tcp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
+)
+
+// scriptedTarget accepts connections and hands each request to serve
+// (with the connection's number, from 1, and the request's number on
+// it, from 1) after reading its payload; serve answers (or not) on nc.
+// It returns the address and the count of connections accepted.
+func scriptedTarget(t *testing.T, serve func(conn, req int, nc net.Conn, h wire.Header)) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := int(accepted.Add(1))
+			go func() {
+				defer nc.Close()
+				var hb [wire.HeaderSize]byte
+				for req := 1; ; req++ {
+					if _, err := io.ReadFull(nc, hb[:]); err != nil {
+						return
+					}
+					var h wire.Header
+					if h.Decode(hb[:]) != nil {
+						return
+					}
+					if h.Op == wire.OpWrite {
+						io.CopyN(io.Discard, nc, int64(h.Length))
+					}
+					serve(n, req, nc, h)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), &accepted
+}
+
+func ack(nc net.Conn, h wire.Header) {
+	var hb [wire.HeaderSize]byte
+	resp := wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID}
+	resp.Encode(hb[:])
+	nc.Write(hb[:])
+}
+
+// TestIdleConnectionTheTargetSpoiledIsReplaced: no one reads an idle
+// connection, so what its target did meanwhile (closed it, reset it, sent
+// bytes nothing asked for) is found by the next op before it is sent:
+// the op goes over a new connection and succeeds, for a lone small op
+// (the caller reads its own response) and for a batch.
+func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(nc net.Conn)
+	}{
+		{"closed", func(nc net.Conn) { nc.Close() }},
+		{"reset", func(nc net.Conn) { nc.(*net.TCPConn).SetLinger(0); nc.Close() }},
+		{"unsolicited bytes", func(nc net.Conn) { nc.Write([]byte("surprise")) }},
+	} {
+		for _, length := range []uint64{4096, 1 << 20} {
+			t.Run(tc.name+"/"+map[bool]string{true: "lone small op", false: "large op"}[length == 4096], func(t *testing.T) {
+				first := make(chan net.Conn, 1)
+				addr, accepted := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
+					if conn == 1 && req == 1 {
+						first <- nc
+					}
+					ack(nc, h)
+				})
+				a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+				src := a.Alloc(t, 1<<20, 0)
+				peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "spoiler", Endpoint: []byte(addr)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				op := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: length}}
+				a.MustTransfer(t, peer, op)
+				// The op is answered and its connection idle: spoil it.
+				nc := <-first
+				initiator := nc.RemoteAddr()
+				tc.spoil(nc)
+				testbin.Eventually(t, "the initiator's socket to take in what its target did", func() bool {
+					return socketSees(t, initiator, tc.name == "unsolicited bytes")
+				})
+				a.MustTransfer(t, peer, op)
+				if n := accepted.Load(); n != 2 {
+					t.Fatalf("the target accepted %d connections, want 2: the spoiled one and its replacement", n)
+				}
+			})
+		}
+	}
+}
+
+// socketSees reports whether the socket at local address addr (the
+// initiator's end, as the target sees its remote address) has taken in
+// what the target did: it is no longer ESTABLISHED (a FIN or RST
+// arrived), or, with unread set, it holds bytes nobody read. It reads
+// /proc/net/tcp: the kernel's view, no timing involved.
+func socketSees(t *testing.T, addr net.Addr, unread bool) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("cannot read /proc/net/tcp: %v", err)
+	}
+	ta := addr.(*net.TCPAddr)
+	ip := ta.IP.To4()
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// sl local_address rem_address st tx_queue:rx_queue ...
+		fs := strings.Fields(line)
+		if len(fs) < 5 || fs[1] != local {
+			continue
+		}
+		if unread {
+			q := strings.SplitN(fs[4], ":", 2)
+			return len(q) == 2 && strings.TrimLeft(q[1], "0") != ""
+		}
+		return fs[3] != "01" // TCP_ESTABLISHED
+	}
+	return !unread // gone from the table: reset and unhashed
+}
+
+// TestLoneOpGivenUpKeepsTheConnection: a lone small op whose caller gives
+// up (its context ends) before the target answers fails with the
+// context's error; the answer that comes later is read and dropped, and
+// the next op runs over the same connection.
+func TestLoneOpGivenUpKeepsTheConnection(t *testing.T) {
+	got, release := make(chan struct{}), make(chan struct{})
+	addr, accepted := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
+		if req == 1 {
+			close(got)
+			<-release
+		}
+		ack(nc, h)
+	})
+	a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+	src := a.Alloc(t, 4096, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "slow", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: 4096}}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-got; cancel() }()
+	res := make([]plugins.OpResult, 1)
+	if err := a.T.Transfer(ctx, peer, op, res); !errors.Is(err, plugins.ErrCanceled) || !errors.Is(res[0].Err, plugins.ErrCanceled) {
+		t.Fatalf("an op given up: batch %v, op %v; want ErrCanceled", err, res[0].Err)
+	}
+	close(release)
+	for i := 0; i < 3; i++ {
+		a.MustTransfer(t, peer, op)
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("the target accepted %d connections, want 1: giving up on an op does not break its connection", n)
+	}
+}
