@@ -117,8 +117,8 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 // benchLogger quiets the nodes' routine info lines (node up, closed) so
 // they do not interleave with the report, unless debug logging was asked.
 func benchLogger(log *zap.Logger) *zap.Logger {
-	if log.Core().Enabled(zapcore.DebugLevel) {
-		return log
+	if log.Core().Enabled(zapcore.DebugLevel) || !log.Core().Enabled(zapcore.InfoLevel) {
+		return log // debug asked for, or quieter than warn already
 	}
 	return log.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))
 }

@@ -110,11 +110,14 @@ class EngineTest(unittest.TestCase):
             self.assertEqual(self.b.read_bytes_from_buffer(dsts[i], size), bytes(src[i * size:(i + 1) * size]))
         self.assertEqual(self.b.write_bytes_to_buffer(remote, b"hello", 5), 0)
         ids = [self.a.batch_transfer_async_read(self.peer, srcs[:2], [remote, remote + size], [size, size]),
-               self.a.batch_transfer_async(self.peer, srcs[2:3], [remote], [4096], TransferOpcode.Write),
+               # (not into what the first batch reads: the batches run concurrently)
+               self.a.batch_transfer_async(self.peer, srcs[2:3], [remote + 2 * size], [4096], TransferOpcode.Write),
                self.a.transfer_submit_write(self.peer, srcs[3], remote + 3 * size, 100)]
         self.assertNotIn(0, ids)
         self.assertEqual(self.a.get_batch_transfer_status(ids), 0, self.a.last_error())
         self.assertEqual(bytes(src[:5]), b"hello")
+        self.assertEqual(self.b.read_bytes_from_buffer(remote + 2 * size, 4096), bytes(src[2 * size:2 * size + 4096]))
+        self.assertEqual(self.b.read_bytes_from_buffer(remote + 3 * size, 100), bytes(src[3 * size:3 * size + 100]))
         self.assertEqual(self.a.get_batch_transfer_status(ids), -1, "freed ids are unknown")
         bid = self.a.batch_transfer_async_write(self.peer, srcs, dsts, lens)
         support.wait_until("the batch", lambda: self.a.transfer_check_status(bid) != 0)

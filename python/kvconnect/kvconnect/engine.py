@@ -31,6 +31,14 @@ WILDCARD_LOCATION = "*"
 # check for signals (Ctrl-C) again.
 _WAIT_SLICE_MS = 200
 
+# A sync transfer of at most this many bytes in all runs on the calling
+# thread (kvc_transfer_sync: nothing handed to another thread, the
+# fastest path for the small ops serving stacks send); Ctrl-C during one
+# takes effect when it returns, which its transfer timeout bounds. A
+# larger one is submitted and waited for in slices, so Ctrl-C interrupts
+# the wait at once.
+_INLINE_SYNC_MAX = 1 << 20
+
 # Return codes (kvconnect.h).
 OK = 0
 ERR_INVALID_ARGUMENT = -1
@@ -388,16 +396,25 @@ class TransferEngine:
 
     # ---- transfers -------------------------------------------------------
 
-    def _submit(self, target_hostname, op: int, buffers, peer_addresses, lengths) -> int:
-        """Submits a batch; its id, or 0 (with the error recorded)."""
+    def _batch_args(self, buffers, peer_addresses, lengths):
+        """The batch as C arrays (n, local, remote, lengths, total bytes),
+        or None (with the error recorded) when the lists do not match."""
         local, remote, lens = list(map(int, buffers)), list(map(int, peer_addresses)), list(map(int, lengths))
         if not (len(local) == len(remote) == len(lens)) or not local:
             self._last_error = (f"{len(local)} buffers, {len(remote)} peer addresses and {len(lens)} lengths: the "
                                 "lists must be non-empty and the same length")
-            return 0
+            return None
         n = len(local)
         arr = ctypes.c_uint64 * n
-        bid = self._call("kvc_batch_submit", _b(target_hostname), op, arr(*local), arr(*remote), arr(*lens), n, -1)
+        return n, arr(*local), arr(*remote), arr(*lens), sum(lens)
+
+    def _submit(self, target_hostname, op: int, buffers, peer_addresses, lengths) -> int:
+        """Submits a batch; its id, or 0 (with the error recorded)."""
+        args = self._batch_args(buffers, peer_addresses, lengths)
+        if args is None:
+            return 0
+        n, local, remote, lens, _ = args
+        bid = self._call("kvc_batch_submit", _b(target_hostname), op, local, remote, lens, n, -1)
         if not bid:
             return self._record(0) if bid is not None else 0
         return bid
@@ -421,11 +438,24 @@ class TransferEngine:
         return rc
 
     def _sync(self, target_hostname, op: int, buffers, peer_addresses, lengths, notify=None) -> int:
-        bid = self._submit(target_hostname, op, buffers, peer_addresses, lengths)
-        if not bid:
+        args = self._batch_args(buffers, peer_addresses, lengths)
+        if args is None:
             return -1
-        if self._wait(bid) != _BATCH_DONE:
-            return -1
+        n, local, remote, lens, total = args
+        if total <= _INLINE_SYNC_MAX:
+            rc = self._call("kvc_transfer_sync", _b(target_hostname), op, local, remote, lens, n, -1)
+            if rc != 0:
+                if rc is not None:
+                    self._record(rc)
+                return -1
+        else:
+            bid = self._call("kvc_batch_submit", _b(target_hostname), op, local, remote, lens, n, -1)
+            if not bid:
+                if bid is not None:
+                    self._record(0)
+                return -1
+            if self._wait(bid) != _BATCH_DONE:
+                return -1
         if notify is not None:
             rc = self._call("kvc_notify", _b(target_hostname), _b(notify.name), _b(notify.msg), -1)
             if rc != 0:
