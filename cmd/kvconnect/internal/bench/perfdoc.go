@@ -29,7 +29,8 @@ func endMarker(key string) string   { return "<!-- /machine: " + key + " -->" }
 // by (or, for a machine not there yet, extended with) the run's report.
 // The Python benchmark's part of that section, if any, is kept until the
 // Python benchmark replaces it. A document without sections (an older
-// one) is replaced.
+// one) becomes the section of the machine it names, unless that is the
+// run's.
 func (res *SuiteResult) MergePerfDoc(doc string) string {
 	key := MachineKey(res.Machine)
 	var b strings.Builder
@@ -46,9 +47,40 @@ func (res *SuiteResult) MergePerfDoc(doc string) string {
 		return doc[:i] + strings.TrimRight(section, "\n") + "\n" + doc[j:]
 	}
 	if !strings.Contains(doc, "<!-- machine: ") {
-		doc = perfDocHead
+		doc = perfDocHead + legacySection(doc, key)
 	}
 	return strings.TrimRight(doc, "\n") + "\n\n" + strings.TrimRight(section, "\n") + "\n" + end + "\n"
+}
+
+// legacySection turns a report written before the document had sections
+// into the section of the machine it names ("- CPU: <model>, <n> cores
+// visible"), so its numbers are kept; "" when it names none, or names the
+// machine of the run replacing it (runKey).
+func legacySection(doc, runKey string) string {
+	var cpu string
+	var cores int
+	for _, l := range strings.Split(doc, "\n") {
+		if rest, ok := strings.CutPrefix(l, "- CPU: "); ok {
+			if i := strings.LastIndex(rest, ", "); i > 0 {
+				if _, err := fmt.Sscanf(rest[i+2:], "%d cores visible", &cores); err == nil {
+					cpu = rest[:i]
+				}
+			}
+			break
+		}
+	}
+	key := fmt.Sprintf("%s x%d", cpu, cores)
+	if cpu == "" || key == runKey {
+		return ""
+	}
+	body := doc
+	if strings.HasPrefix(body, "# ") {
+		if i := strings.IndexByte(body, '\n'); i >= 0 {
+			body = body[i+1:]
+		}
+	}
+	title := fmt.Sprintf("# %s, %d vCPUs (a report from before this document had sections)\n", cpu, cores)
+	return "\n" + beginMarker(key) + "\n" + demote(title+body) + "\n" + endMarker(key) + "\n"
 }
 
 const (
@@ -60,8 +92,12 @@ const (
 // becomes the machine's heading, every other heading one level deeper.
 func demote(report string) string {
 	lines := strings.Split(report, "\n")
+	fenced := false
 	for i, l := range lines {
 		switch {
+		case strings.HasPrefix(l, "```"):
+			fenced = !fenced
+		case fenced: // a shell comment in a code block is no heading
 		case strings.HasPrefix(l, "# "):
 			lines[i] = "## Machine type: " + strings.TrimPrefix(l, "# ")
 		case strings.HasPrefix(l, "#"):
