@@ -6,11 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
@@ -18,54 +16,6 @@ import (
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
-
-// scriptedTarget accepts connections and hands each request to serve
-// (with the connection's number, from 1, and the request's number on
-// it, from 1) after reading its payload; serve answers (or not) on nc.
-// It returns the address and the count of connections accepted.
-func scriptedTarget(t *testing.T, serve func(conn, req int, nc net.Conn, h wire.Header)) (string, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var accepted atomic.Int32
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n := int(accepted.Add(1))
-			go func() {
-				defer nc.Close()
-				var hb [wire.HeaderSize]byte
-				for req := 1; ; req++ {
-					if _, err := io.ReadFull(nc, hb[:]); err != nil {
-						return
-					}
-					var h wire.Header
-					if h.Decode(hb[:]) != nil {
-						return
-					}
-					if h.Op == wire.OpWrite {
-						io.CopyN(io.Discard, nc, int64(h.Length))
-					}
-					serve(n, req, nc, h)
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), &accepted
-}
-
-func ack(nc net.Conn, h wire.Header) {
-	var hb [wire.HeaderSize]byte
-	resp := wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID}
-	resp.Encode(hb[:])
-	nc.Write(hb[:])
-}
 
 // TestIdleConnectionTheTargetSpoiledIsReplaced: no one reads an idle
 // connection, so what its target did meanwhile (closed it, reset it, sent

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,21 +130,38 @@ func TestMalformedRequestDropsOnlyThatConnection(t *testing.T) {
 
 // fakeTarget answers every request with a response built by answer.
 func fakeTarget(t *testing.T, answer func(req wire.Header) wire.Header) string {
+	addr, _ := scriptedTarget(t, func(_, _ int, nc net.Conn, h wire.Header) {
+		var hb [wire.HeaderSize]byte
+		resp := answer(h)
+		resp.Encode(hb[:])
+		nc.Write(hb[:])
+	})
+	return addr
+}
+
+// scriptedTarget accepts connections and hands each request to serve
+// (with the connection's number, from 1, and the request's number on
+// it, from 1) after reading its payload; serve answers (or not) on nc.
+// It returns the address and the count of connections accepted.
+func scriptedTarget(t *testing.T, serve func(conn, req int, nc net.Conn, h wire.Header)) (string, *atomic.Int32) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int32
 	go func() {
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			n := int(accepted.Add(1))
 			go func() {
 				defer nc.Close()
 				var hb [wire.HeaderSize]byte
-				for {
+				for req := 1; ; req++ {
 					if _, err := io.ReadFull(nc, hb[:]); err != nil {
 						return
 					}
@@ -154,14 +172,19 @@ func fakeTarget(t *testing.T, answer func(req wire.Header) wire.Header) string {
 					if h.Op == wire.OpWrite {
 						io.CopyN(io.Discard, nc, int64(h.Length))
 					}
-					resp := answer(h)
-					resp.Encode(hb[:])
-					nc.Write(hb[:])
+					serve(n, req, nc, h)
 				}
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), &accepted
+}
+
+func ack(nc net.Conn, h wire.Header) {
+	var hb [wire.HeaderSize]byte
+	resp := wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID}
+	resp.Encode(hb[:])
+	nc.Write(hb[:])
 }
 
 // TestProtocolViolationsFailOps: responses that do not match the request
