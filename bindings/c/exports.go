@@ -29,12 +29,6 @@ import (
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
-func main() {}
-
-func errUnknownEngine(h uint64) error {
-	return fmt.Errorf("kvconnect: engine handle %d: no such engine (never created, or closed): %w", h, connector.ErrInvalidArgument)
-}
-
 // fail records err as the calling thread's last error and returns its
 // code. It runs on the caller's thread (the cgo call's goroutine is
 // locked to it), so the C thread-local is the caller's.

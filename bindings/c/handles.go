@@ -1,11 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/callermem"
 )
+
+// main is required of a c-shared package; the library has no program.
+func main() {}
 
 // engines is the handle table: kvc_engine values name engines here, so
 // no Go pointer crosses to C. Guarded by enginesMu.
@@ -77,4 +81,8 @@ func managedEntry(r *connector.Region) []forkEntry {
 	}
 	end := (start + uint64(r.Len()) + page - 1) &^ (page - 1)
 	return []forkEntry{{start: start, end: end, fd: int(f.Fd()), offset: off}}
+}
+
+func errUnknownEngine(h uint64) error {
+	return fmt.Errorf("kvconnect: engine handle %d: no such engine (never created, or closed): %w", h, connector.ErrInvalidArgument)
 }

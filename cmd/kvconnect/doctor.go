@@ -375,7 +375,8 @@ func hasCapIPCLock() bool {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
 			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && caps&(1<<unix.CAP_IPC_LOCK) != 0
+			const capIPCLock = 14 // linux/capability.h
+			return err == nil && caps&(1<<capIPCLock) != 0
 		}
 	}
 	return false

@@ -62,7 +62,7 @@ var mooncakeListening = regexp.MustCompile(`listening on ([0-9.]+:[0-9]+)`)
 func startMooncakeTarget(ctx context.Context, dir string, bufSize int) (*mooncakeTarget, error) {
 	cmd := exec.Command(mooncakeBench(dir), "--mode=target", "--protocol=tcp", "--metadata_server=P2PHANDSHAKE",
 		"--local_server_name=127.0.0.1:12345", "--buffer_size="+strconv.Itoa(bufSize))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr(false)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -6,18 +6,12 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // IsTerminal reports whether w is a terminal (for the live progress line).
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return ok && isTerminal(f)
 }
 
 // Progress writes one \r-updated status line to a terminal. A nil

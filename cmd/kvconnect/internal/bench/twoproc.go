@@ -35,7 +35,7 @@ func startTargetProcess(ctx context.Context, argv []string, bufSize int, inProce
 	}
 	cmd := exec.Command(argv[0], args...)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr(true)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
