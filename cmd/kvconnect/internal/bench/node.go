@@ -26,6 +26,24 @@ type Node struct {
 	Buf *connector.Region
 }
 
+// startNodeOpen starts a node and opens session on it; on failure it
+// closes the node and calls stop (the target's), so the caller has
+// nothing left to clean up.
+func startNodeOpen(ctx context.Context, cfg connector.Config, bufSize int, session string, stop func() error, opts ...connector.Option) (*Node, *connector.Peer, error) {
+	node, err := StartNode(ctx, cfg, bufSize, opts...)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	peer, err := node.C.Open(ctx, session)
+	if err != nil {
+		node.Close()
+		stop()
+		return nil, nil, err
+	}
+	return node, peer, nil
+}
+
 // StartNode starts a node with cfg and allocates a buffer of bufSize bytes.
 func StartNode(ctx context.Context, cfg connector.Config, bufSize int, opts ...connector.Option) (*Node, error) {
 	if bufSize <= 0 || bufSize > connector.MaxRegionSize {

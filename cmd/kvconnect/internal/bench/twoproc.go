@@ -136,15 +136,8 @@ func (o *SuiteOptions) startTwoProcess(ctx context.Context, cfg connector.Config
 	if inProcess {
 		opts = append(opts, InProcessTCP())
 	}
-	node, err := StartNode(ctx, cfg, o.BufferSize, opts...)
+	node, peer, err := startNodeOpen(ctx, cfg, o.BufferSize, t.session, t.stop, opts...)
 	if err != nil {
-		t.stop()
-		return nil, err
-	}
-	peer, err := node.C.Open(ctx, t.session)
-	if err != nil {
-		node.Close()
-		t.stop()
 		return nil, err
 	}
 	return twoProcessBencher{node: node, peer: peer, target: t}, nil

@@ -257,15 +257,8 @@ func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connecto
 		if err != nil {
 			return nil, err
 		}
-		node, err := StartNode(ctx, initiatorConfig(tcpCfg), o.BufferSize, opts...)
+		node, peer, err := startNodeOpen(ctx, initiatorConfig(tcpCfg), o.BufferSize, t.session, t.stop, opts...)
 		if err != nil {
-			t.stop()
-			return nil, err
-		}
-		peer, err := node.C.Open(ctx, t.session)
-		if err != nil {
-			node.Close()
-			t.stop()
 			return nil, err
 		}
 		return nodeBencher{node: node, peer: peer, stop: t.stop}, nil
