@@ -157,7 +157,7 @@ func (c *conn) readOwn(ctx context.Context) {
 			close(fired)
 		})
 	}
-	_, err := c.readOne()
+	_, _, err := c.readOne(false)
 	if !stop() {
 		<-fired
 	}
@@ -286,17 +286,14 @@ func (c *conn) readLoop() {
 		c.reading = true
 		c.mu.Unlock()
 		for {
-			if _, err := c.readOne(); err != nil {
+			_, released, err := c.readOne(true)
+			if err != nil {
 				c.fail(err)
 				return
 			}
-			c.mu.Lock()
-			if c.err != nil || c.head == c.sent {
-				c.reading = false
-				c.mu.Unlock()
+			if released {
 				break
 			}
-			c.mu.Unlock()
 		}
 	}
 }
@@ -304,23 +301,28 @@ func (c *conn) readLoop() {
 // readOne reads one response and completes the chunk at the head of the
 // queue with it. The caller holds the read side. An error breaks the
 // connection (the caller fails it); started says whether any byte of
-// the response had been read.
-func (c *conn) readOne() (started bool, err error) {
+// the response had been read. With release set, a response that leaves
+// no request outstanding gives up the read side before its chunk
+// completes (released): whoever the completion wakes finds the
+// connection idle, so its next request checks the socket first instead
+// of sending behind a reader that would take what the peer sent
+// meanwhile for a response.
+func (c *conn) readOne(release bool) (started, released bool, err error) {
 	var hb [wire.HeaderSize]byte
 	var h wire.Header
 	if n, err := io.ReadFull(c.br, hb[:]); err != nil {
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-			return false, fmt.Errorf("%w: %w", errNoResponseYet, c.p.brokenErr("receive", err))
+			return false, false, fmt.Errorf("%w: %w", errNoResponseYet, c.p.brokenErr("receive", err))
 		}
-		return n > 0, c.p.brokenErr("receive", err)
+		return n > 0, false, c.p.brokenErr("receive", err)
 	}
 	if err := h.Decode(hb[:]); err != nil {
-		return true, fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol)
+		return true, false, fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol)
 	}
 	c.mu.Lock()
 	if c.head == c.sent {
 		c.mu.Unlock()
-		return true, fmt.Errorf("tcp: peer %s sent an unsolicited response (request %d): %w", c.p.name, h.ReqID, plugins.ErrProtocol)
+		return true, false, fmt.Errorf("tcp: peer %s sent an unsolicited response (request %d): %w", c.p.name, h.ReqID, plugins.ErrProtocol)
 	}
 	ch := c.queue[c.head]
 	c.queue[c.head] = nil
@@ -336,33 +338,46 @@ func (c *conn) readOne() (started bool, err error) {
 	if h.ReqID != ch.reqID || h.Op != want {
 		err := fmt.Errorf("tcp: peer %s answered request %d (%s) with %s for request %d: %w", c.p.name, ch.reqID, ch.op, h.Op, h.ReqID, plugins.ErrProtocol)
 		ch.complete(err)
-		return true, err
+		return true, false, err
 	}
 	if h.Status != wire.StatusOK {
 		if h.Length != 0 {
 			err := fmt.Errorf("tcp: peer %s sent payload with error status %s: %w", c.p.name, h.Status, plugins.ErrProtocol)
 			ch.complete(err)
-			return true, err
+			return true, false, err
 		}
 		c.progress.Add(1)
+		released = release && c.releaseIfIdle()
 		ch.complete(ch.remoteError(c.p.name, h.Status))
-		return true, nil
+		return true, released, nil
 	}
 	if ch.op == wire.OpRead {
 		if h.Length != uint64(len(ch.local)) {
 			err := fmt.Errorf("tcp: peer %s answered a %d-byte read with %d bytes: %w", c.p.name, len(ch.local), h.Length, plugins.ErrProtocol)
 			ch.complete(err)
-			return true, err
+			return true, false, err
 		}
 		if _, err := io.ReadFull(c.br, ch.local); err != nil {
 			err = c.p.brokenErr("receive", err)
 			ch.complete(err)
-			return true, err
+			return true, false, err
 		}
 	}
 	c.progress.Add(1)
+	released = release && c.releaseIfIdle()
 	ch.complete(nil)
-	return true, nil
+	return true, released, nil
+}
+
+// releaseIfIdle gives up the read side if no request is outstanding.
+func (c *conn) releaseIfIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.head != c.sent {
+		return false
+	}
+	c.reading = false
+	return true
 }
 
 // checkStalled fails the connection if it has had work outstanding with no
