@@ -115,16 +115,22 @@ race-bin:
 	$(GO) build -race -o $(RACE_BIN)/ ./cmd/... ./examples/... $(HOST_TESTDATA)
 
 ## test: vet, build the plugin binaries, run every test with the race detector, and
-## beside them the out-of-tree example plugin's tests (its own module), then the Python
+## beside them the out-of-tree example plugin's tests (its own module) and the Python
 ## package's tests; minutes, on 2 cores. The long runs skip, naming make test-long.
+# TEST_P packages are tested at once (go test -p; its default is the number of
+# CPUs): many tests spend most of their time waiting (a lease to expire, a
+# killed server to be noticed), which others' CPU work can fill.
+TEST_P ?= 4
 test: build race-bin
 	$(GO) vet ./...
 	cd $(EXAMPLE_PLUGIN) && $(GO) vet ./...
-	@(cd $(EXAMPLE_PLUGIN) && $(GO) test -race -count=1 -timeout 10m ./...) & example=$$!; \
-	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so $(GO) test -race -count=1 -timeout 20m ./...; main=$$?; \
+	@py=$$(mktemp -t kvconnect-test-python.XXXXXX); \
+	$(MAKE) --no-print-directory test-python > $$py 2>&1 & python=$$!; \
+	(cd $(EXAMPLE_PLUGIN) && $(GO) test -race -count=1 -timeout 10m ./...) & example=$$!; \
+	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m ./...; main=$$?; \
 	wait $$example; example=$$?; \
-	[ $$main = 0 ] && [ $$example = 0 ] || { echo "make test: failed (main module exit $$main, example plugin exit $$example)"; exit 1; }
-	$(MAKE) --no-print-directory test-python
+	wait $$python; python=$$?; cat $$py; rm -f $$py; \
+	[ $$main = 0 ] && [ $$example = 0 ] && [ $$python = 0 ] || { echo "make test: failed (main module exit $$main, example plugin exit $$example, Python exit $$python)"; exit 1; }
 
 ## test-python: the Python package's tests (python/tests, unittest from the standard library) on bin/
 test-python:

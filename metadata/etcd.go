@@ -564,7 +564,7 @@ func (e *etcdService) Close(ctx context.Context) error {
 		lease := clientv3.LeaseID(e.leaseID)
 		e.mu.Unlock()
 		if lease != 0 {
-			err := e.request(ctx, "revoke lease", etcdTransient, func(ctx context.Context) error {
+			err := e.request(closing(ctx), "revoke lease", etcdTransient, func(ctx context.Context) error {
 				_, err := e.cli.Revoke(ctx, lease)
 				return err
 			})

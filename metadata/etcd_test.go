@@ -251,6 +251,34 @@ func TestEtcdRestart(t *testing.T) {
 	}
 }
 
+// TestEtcdCloseWhileLost: a node whose etcd is gone closes after one try
+// bounded as a renewal (TTL/3), not after ConnectTimeout (an hour here:
+// a Close that waited on it would end the test at WaitLimit), and says
+// its keys expire within TTL.
+func TestEtcdCloseWhileLost(t *testing.T) {
+	noLeaks(t)
+	e := testservers.StartEtcd(t, testservers.EtcdOptions{})
+	a, err := Open(ctxT(t), Options{URL: e.URL(), TTL: 3 * time.Second, ConnectTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctxT(t), "node-a", descriptor("node-a", 1), rpcOf(15001)); err != nil {
+		t.Fatal(err)
+	}
+	e.Stop()
+	testbin.Eventually(t, "the node notices the outage", func() bool { return !a.Status().Connected })
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, errdefs.ErrPeerUnreachable) || !strings.Contains(err.Error(), "expire within 3s") {
+			t.Errorf("Close with etcd gone: %v, want ErrPeerUnreachable saying the keys expire within 3s", err)
+		}
+	case <-time.After(testbin.WaitLimit):
+		t.Fatal("Close waited on an etcd known to be gone")
+	}
+}
+
 // TestEtcdLeaseLost: when etcd no longer knows the node's lease (revoked
 // here by an operator; expired during a long partition in the field), the
 // node grants a new one and publishes again on its own.

@@ -83,8 +83,9 @@ type Service interface {
 
 	// Close stops the background work and removes this node's keys
 	// (revokes its etcd lease, deletes its Redis and HTTP keys), bounded
-	// by ctx and ConnectTimeout. If the service cannot be reached the keys
-	// expire within TTL; the error says so. Close is idempotent: later
+	// by ctx and ConnectTimeout, or, when the service is already known to
+	// be lost, by a third of TTL (one try, as a renewal). If the service
+	// cannot be reached the keys expire within TTL; the error says so. Close is idempotent: later
 	// calls return the first call's result.
 	Close(ctx context.Context) error
 }
@@ -399,8 +400,12 @@ func (c *core) resolveValue(ctx context.Context, segment string, k kind,
 // the service lost (logged once), a success marks it back.
 func (c *core) request(ctx context.Context, what string, transient func(error) bool, f func(ctx context.Context) error) error {
 	timeout := c.ConnectTimeout
-	if ctx.Value(backgroundKey{}) != nil {
+	if ctx.Value(backgroundKey{}) != nil || (ctx.Value(closingKey{}) != nil && !c.isConnected()) {
 		// Renewals must fail in time to retry before the keys expire.
+		// Close, when the service is already lost, tries once as a
+		// renewal would: the keys expire within TTL anyway, and a node
+		// shutting down should not wait ConnectTimeout on a service
+		// known to be gone.
 		timeout = max(min(timeout, c.renew), 100*time.Millisecond)
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
@@ -422,6 +427,22 @@ func (c *core) request(ctx context.Context, what string, transient func(error) b
 // backgroundKey marks the context of the background work, whose requests
 // are bounded by TTL/3 as well as ConnectTimeout.
 type backgroundKey struct{}
+
+// closingKey marks the context of Close's removal of this node's keys.
+type closingKey struct{}
+
+// closing marks ctx as Close's: while the service is lost its request is
+// bounded like a renewal's.
+func closing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, closingKey{}, true)
+}
+
+// isConnected reports whether the service answered last.
+func (c *core) isConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
+}
 
 // background returns the context of a Service's background work: canceled
 // by Close.

@@ -264,7 +264,7 @@ func (t *ttlService) Close(ctx context.Context) error {
 		}
 		var errs []error
 		if len(keys) > 0 {
-			err := t.request(ctx, "delete", t.kv.transient, func(ctx context.Context) error { return t.kv.del(ctx, keys) })
+			err := t.request(closing(ctx), "delete", t.kv.transient, func(ctx context.Context) error { return t.kv.del(ctx, keys) })
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%w; this node's keys expire within %s", t.kv.wrap("delete", keys[0], err), t.TTL))
 			}
