@@ -40,8 +40,9 @@ def metadata(project: dict, readme: str) -> str:
 
 
 class Wheel:
-    def __init__(self, path: str):
+    def __init__(self, path: str, level: int = 6):
         self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED)
+        self.level = level
         self.records = []
 
     def add(self, arcname: str, data: bytes, executable: bool = False) -> None:
@@ -49,7 +50,7 @@ class Wheel:
         mode = 0o755 if executable else 0o644
         info.external_attr = (stat.S_IFREG | mode) << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        self.zip.writestr(info, data)
+        self.zip.writestr(info, data, compresslevel=self.level)
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         self.records.append((arcname, f"sha256={digest}", str(len(data))))
 
@@ -68,14 +69,14 @@ class Wheel:
         self.zip.close()
 
 
-def build(pkg_dir: str, tag: str, out: str, extra) -> str:
+def build(pkg_dir: str, tag: str, out: str, extra, level: int = 6) -> str:
     with open(os.path.join(pkg_dir, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
     with open(os.path.join(pkg_dir, project.get("readme", "README.md"))) as f:
         readme = f.read()
     name, version = dist_name(project["name"]), project["version"]
     path = os.path.join(out, f"{name}-{version}-{tag}.whl")
-    w = Wheel(path)
+    w = Wheel(path, level)
     for top in sorted(os.listdir(pkg_dir)):
         src = os.path.join(pkg_dir, top)
         if not os.path.isdir(src) or top.startswith((".", "_")) or top == "build":
@@ -105,6 +106,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--native", required=True, help="directory with libkvconnect.so, kvconnect and kvconnect-transport-*")
     ap.add_argument("--out", default="dist")
+    ap.add_argument("--compress-level", type=int, default=6, choices=range(0, 10), metavar="0-9",
+                    help="deflate level of the wheels (default 6; the tests use 1: same files, built faster)")
     args = ap.parse_args()
     native = os.path.abspath(args.native)
     needed = ["libkvconnect.so", "kvconnect"]
@@ -121,8 +124,8 @@ def main() -> int:
         for f in needed + plugins:
             w.add_file(f"kvconnect/_native/{f}", os.path.join(native, f))
 
-    a = build(os.path.join(HERE, "kvconnect"), tag, args.out, natives)
-    b = build(os.path.join(HERE, "mooncake"), "py3-none-any", args.out, lambda w: None)
+    a = build(os.path.join(HERE, "kvconnect"), tag, args.out, natives, args.compress_level)
+    b = build(os.path.join(HERE, "mooncake"), "py3-none-any", args.out, lambda w: None, args.compress_level)
     for p in (a, b):
         print(f"{p} ({os.path.getsize(p) // 1024} KiB)")
     return 0
