@@ -34,39 +34,33 @@ var softProviders = []struct {
 }
 
 // TestConformance runs the suite over each software provider in
-// process, and over shm over in-memory gRPC too (the plugin protocol).
-// An efa plugin process pays a second at its first fi_getinfo (libfabric
-// reads /proc/kallsyms) and a tcp;ofi_rxm endpoint half a second to open,
-// so the suite as plugin processes, and tcp;ofi_rxm behind the plugin
-// protocol, are TestConformancePlugins' (make test-long).
+// process. An efa plugin process pays a second at its first fi_getinfo
+// (libfabric reads /proc/kallsyms) and a tcp;ofi_rxm endpoint half a
+// second to open, so the suite behind the plugin protocol (in-memory gRPC
+// and plugin processes) is TestConformancePlugins' (make test-long); the
+// plugin protocol itself runs the suite in make test with the tcp and ucx
+// transports.
 func TestConformance(t *testing.T) {
 	for _, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
 			t.Run("InProcess", func(t *testing.T) {
 				transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newEFA), Options: []byte(p.opts)})
 			})
-			if p.name == "shm" {
-				t.Run("InMemoryGRPC", func(t *testing.T) {
-					transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
-				})
-			}
 		})
 	}
 }
 
-// TestConformancePlugins runs the suite as plugin processes over each
-// provider, over tcp;ofi_rxm over in-memory gRPC, and as a plugin over
-// shm without CMA.
+// TestConformancePlugins runs the suite over each provider over
+// in-memory gRPC and as plugin processes, and as a plugin over shm
+// without CMA.
 func TestConformancePlugins(t *testing.T) {
 	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
 	bin := testbin.MustBuild(t, "./cmd/kvconnect-transport-efa", "kvconnect-transport-efa")
 	for _, p := range softProviders {
 		t.Run(p.name, func(t *testing.T) {
-			if p.name != "shm" {
-				t.Run("InMemoryGRPC", func(t *testing.T) {
-					transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
-				})
-			}
+			t.Run("InMemoryGRPC", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newEFA), Options: []byte(p.opts)})
+			})
 			t.Run("Plugin", func(t *testing.T) {
 				transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin, p.env...), Options: []byte(p.opts)})
 			})

@@ -73,21 +73,28 @@ func mooncakeEndpoint(t *testing.T, v int) func([]byte) []byte {
 // TestConformanceOverMooncakeProtocol runs the whole suite between two tcp
 // transports speaking Mooncake's TCP data protocol (v2) to each other:
 // the Mooncake client and the Mooncake server side of the tcp transport,
-// in process and over in-memory gRPC (as plugins:
+// in process (behind the plugin protocol:
 // TestConformanceOverMooncakeProtocolPlugin).
 func TestConformanceOverMooncakeProtocol(t *testing.T) {
-	transporttest.RunModes(t, transporttest.Modes{
-		New:          func() plugins.Transport { return tcp.New() },
+	transporttest.Run(t, transporttest.Harness{
+		New:          transporttest.InProcess(func() plugins.Transport { return tcp.New() }),
 		PeerEndpoint: mooncakeEndpoint(t, 2),
 	})
 }
 
 // TestConformanceOverMooncakeProtocolPlugin is
-// TestConformanceOverMooncakeProtocol with the plugin binary.
+// TestConformanceOverMooncakeProtocol behind the plugin protocol: over
+// in-memory gRPC and with the plugin binary.
 func TestConformanceOverMooncakeProtocolPlugin(t *testing.T) {
-	testbin.Long(t, "the conformance suite once more as plugin processes")
-	transporttest.Run(t, transporttest.Harness{
-		New:          transporttest.Plugin(testbin.MustBuild(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")),
-		PeerEndpoint: mooncakeEndpoint(t, 2),
+	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
+	bin := testbin.MustBuild(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
+	t.Run("InMemoryGRPC", func(t *testing.T) {
+		transporttest.Run(t, transporttest.Harness{
+			New:          transporttest.InMemoryGRPC(func() plugins.Transport { return tcp.New() }),
+			PeerEndpoint: mooncakeEndpoint(t, 2),
+		})
+	})
+	t.Run("Plugin", func(t *testing.T) {
+		transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), PeerEndpoint: mooncakeEndpoint(t, 2)})
 	})
 }

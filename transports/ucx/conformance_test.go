@@ -53,46 +53,48 @@ func launch(t testing.TB, bin string) plugins.Transport {
 	return p
 }
 
-// TestConformance runs the suite over each lane list in process; over
-// tcp behind the plugin protocol too (in-memory gRPC and the plugin
-// binary), and over sm as the plugin binary as well (shared memory
-// between processes is what sm is for). TestConformancePlugins runs the
-// other combinations (make test-long).
+// TestConformance runs the suite once over each lane list: in process
+// over tcp and posix,cma, and over sm as the plugin binary (shared memory
+// between processes is what sm is for; the binary runs the transport code
+// the in-process runs do, behind the plugin protocol).
+// TestConformancePlugins runs the other combinations (make test-long).
 func TestConformance(t *testing.T) {
 	bin := pluginBinary(t)
 	for _, tls := range lanes {
 		t.Run(tls, func(t *testing.T) {
-			h := transporttest.Harness{New: transporttest.InProcess(newUCX), Options: options(t, tls)}
-			switch tls {
-			case "tcp":
-				transporttest.RunModes(t, transporttest.Modes{New: newUCX, Binary: bin, Options: h.Options})
-				return
-			case "sm":
+			if tls == "sm" {
 				t.Run("Plugin", func(t *testing.T) {
-					transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: h.Options})
+					transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: options(t, tls)})
 				})
+				return
 			}
-			t.Run("InProcess", func(t *testing.T) { transporttest.Run(t, h) })
+			t.Run("InProcess", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newUCX), Options: options(t, tls)})
+			})
 		})
 	}
 }
 
-// TestConformancePlugins runs the suite behind the plugin protocol over
-// the lane lists TestConformance runs it in process only: over in-memory
-// gRPC, and as the plugin binary where TestConformance does not.
+// TestConformancePlugins runs the suite in the modes TestConformance
+// leaves out: over in-memory gRPC for every lane list, as the plugin
+// binary over tcp and posix,cma, in process over sm.
 func TestConformancePlugins(t *testing.T) {
-	testbin.Long(t, "the conformance suite once more behind the plugin protocol")
+	testbin.Long(t, "the conformance suite once more in each mode")
 	bin := pluginBinary(t)
-	for _, tls := range lanes[1:] {
+	for _, tls := range lanes {
 		t.Run(tls, func(t *testing.T) {
 			t.Run("InMemoryGRPC", func(t *testing.T) {
 				transporttest.Run(t, transporttest.Harness{New: transporttest.InMemoryGRPC(newUCX), Options: options(t, tls)})
 			})
-			if tls != "sm" {
-				t.Run("Plugin", func(t *testing.T) {
-					transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: options(t, tls)})
+			if tls == "sm" {
+				t.Run("InProcess", func(t *testing.T) {
+					transporttest.Run(t, transporttest.Harness{New: transporttest.InProcess(newUCX), Options: options(t, tls)})
 				})
+				return
 			}
+			t.Run("Plugin", func(t *testing.T) {
+				transporttest.Run(t, transporttest.Harness{New: transporttest.Plugin(bin), Options: options(t, tls)})
+			})
 		})
 	}
 }
