@@ -138,9 +138,9 @@ func TestMultiHostTransfers(t *testing.T) {
 	alloc(t, a, 16<<20) // for b's initiator
 	for _, op := range []string{"write", "read"} {
 		checkVerified(t, "b -> a "+op, benchIn(t, b, "--mode", "initiator", "--segment-id", a.SessionID(), "--operation", op, "--verify",
-			"--buffer-size", "8MiB", "--duration", "1s", "--threads", "2", "--batch-size", "16"))
+			"--buffer-size", "8MiB", "--duration", "300ms", "--threads", "2", "--batch-size", "16"))
 		checkVerified(t, "c -> b "+op, benchIn(t, c, "--mode", "initiator", "--segment-id", nb.Session, "--operation", op, "--verify",
-			"--buffer-size", "8MiB", "--duration", "1s", "--threads", "2", "--batch-size", "16"))
+			"--buffer-size", "8MiB", "--duration", "300ms", "--threads", "2", "--batch-size", "16"))
 	}
 }
 

@@ -110,7 +110,7 @@ func TestBenchThroughMetadataServices(t *testing.T) {
 			}
 			res, err := benchJSON(t, "--metadata", tc.url, "--mode", "initiator", "--segment-id", session, "--operation", "write", "--verify",
 				"--plugin-dir", benchPluginDir(t), "--block-size", "64KiB", "--batch-size", "16", "--threads", "2",
-				"--duration", "500ms", "--buffer-size", "8MiB")
+				"--duration", "300ms", "--buffer-size", "8MiB")
 			if err != nil || res.Verify == nil || !res.Verify.OK || res.Verify.Checked == 0 {
 				t.Fatalf("bench through %s: %v, verify %+v", tc.name, err, res.Verify)
 			}

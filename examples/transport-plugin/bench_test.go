@@ -29,7 +29,7 @@ func TestBenchMovesBytesThroughThePlugin(t *testing.T) {
 	}
 	cmd := exec.Command(cli, "bench", "--mode", "loopback", "--protocol", "simpletcp", "--plugin-dir", dir,
 		"--operation", "write", "--block-size", "256KiB", "--batch-size", "16", "--threads", "2",
-		"--buffer-size", "64MiB", "--duration", "1s", "--verify")
+		"--buffer-size", "64MiB", "--duration", "300ms", "--verify")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kvconnect bench --protocol simpletcp: %v\n%s", err, out)
