@@ -114,6 +114,11 @@ race-bin:
 	@mkdir -p $(RACE_BIN)
 	$(GO) build -race -o $(RACE_BIN)/ ./cmd/... ./examples/... $(HOST_TESTDATA)
 
+# The host-side packages (their TestMain calls testbin.HostSide): make test
+# runs the plugins and CLI their tests launch as plain builds (bin/), make
+# test-long again as race-built ones.
+HOST_SIDE_PACKAGES = $(sort $(patsubst %/,%,$(dir $(shell grep -rl --include='*_test.go' 'testbin\.HostSide$(LP)' . | grep -v '^./\.tools/'))))
+
 ## test: vet, build the plugin binaries, run every test with the race detector, and
 ## beside them the out-of-tree example plugin's tests (its own module) and the Python
 ## package's tests; minutes, on 2 cores. The long runs skip, naming make test-long.
@@ -127,7 +132,8 @@ test: build race-bin
 	@py=$$(mktemp -t kvconnect-test-python.XXXXXX); \
 	$(MAKE) --no-print-directory test-python > $$py 2>&1 & python=$$!; \
 	(cd $(EXAMPLE_PLUGIN) && $(GO) test -race -count=1 -timeout 10m ./...) & example=$$!; \
-	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m ./...; main=$$?; \
+	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TESTBIN_PLAIN_DIR=$(BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so \
+		$(GO) test -race -count=1 -p $(TEST_P) -timeout 20m ./...; main=$$?; \
 	wait $$example; example=$$?; \
 	wait $$python; python=$$?; cat $$py; rm -f $$py; \
 	[ $$main = 0 ] && [ $$example = 0 ] && [ $$python = 0 ] || { echo "make test: failed (main module exit $$main, example plugin exit $$example, Python exit $$python)"; exit 1; }
@@ -151,10 +157,12 @@ LONG_FUZZTIME ?= 10000x
 
 ## test-long: what make test leaves out: the long tests with the race detector (100,000 regions,
 ## the multi-host suite beyond its smoke test, the 25-second soak, the conformance suite's
-## other plugin runs, Mooncake's bench in every mode), then every fuzz target for
+## other plugin runs, Mooncake's bench in every mode), the host-side packages' tests again
+## with race-built plugins and CLI, then every fuzz target for
 ## LONG_FUZZTIME (default 10000x: executions) beyond its seed corpus
 test-long: build race-bin
 	set -o pipefail; KVCONNECT_TEST_LONG=1 KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) $(GO) test -race -count=1 -timeout 40m -v -run '^($(LONG_TESTS))$$' $(LONG_PACKAGES) | grep -v '^=== RUN'
+	KVCONNECT_TESTBIN_RACE_DIR=$(RACE_BIN) KVCONNECT_TEST_LIBKVCONNECT=$(BIN)/libkvconnect.so $(GO) test -race -count=1 -timeout 20m $(HOST_SIDE_PACKAGES)
 	$(MAKE) fuzz FUZZTIME=$(LONG_FUZZTIME)
 
 ## soak: nodes moving verified blocks without pause for SOAK_DURATION (default 30m) while

@@ -30,6 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testbin.HostSide()
 	testbin.Main(m)
 }
 

@@ -114,11 +114,39 @@ func BuildIn(wd, pkg, name string) (string, error) {
 // once there, so the test processes need not each link their own).
 const EnvRaceDir = "KVCONNECT_TESTBIN_RACE_DIR"
 
-// prebuiltBinary is the executable for pkg in $KVCONNECT_TESTBIN_RACE_DIR,
-// when the test binary has the race detector, pkg is a directory of this
-// module and name is the directory's name; "" when there is none.
+// EnvPlainDir names a directory of this module's executables built
+// without -race (make test: bin/). The tests of a package that called
+// HostSide launch those instead of race-built ones.
+const EnvPlainDir = "KVCONNECT_TESTBIN_PLAIN_DIR"
+
+// hostSide is set by HostSide.
+var hostSide bool
+
+// HostSide declares, from TestMain before Main, that the package's tests
+// exercise the host side (a node, the CLI) and launch this module's
+// executables (plugins, kvconnect serve) only as its peers: with
+// $KVCONNECT_TESTBIN_PLAIN_DIR set they run the builds without the race
+// detector found there, which start and run several times cheaper. The
+// test binary keeps the race detector; the executables' own code is
+// race-tested where it is the code under test (the conformance suite's
+// plugin runs, plugins/host), and make test-long runs the host-side
+// packages again with race-built executables.
+func HostSide() {
+	mu.Lock()
+	defer mu.Unlock()
+	hostSide = true
+}
+
+// prebuiltBinary is the executable for pkg in $KVCONNECT_TESTBIN_RACE_DIR
+// (or, after HostSide, $KVCONNECT_TESTBIN_PLAIN_DIR), when the test
+// binary has the race detector, pkg is a directory of this module and
+// name is the directory's name; "" when there is none. The caller holds
+// mu.
 func prebuiltBinary(wd, pkg, name string) string {
 	dir := os.Getenv(EnvRaceDir)
+	if plain := os.Getenv(EnvPlainDir); hostSide && plain != "" {
+		dir = plain
+	}
 	if dir == "" || !raceEnabled || wd != ModuleRoot() || !strings.HasPrefix(pkg, "./") || filepath.Base(pkg) != name {
 		return ""
 	}

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	testbin.HostSide()
 	testbin.Main(m)
 }
 
