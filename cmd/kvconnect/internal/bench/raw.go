@@ -413,17 +413,17 @@ func (c *rawConn) receiver() {
 }
 
 // Run measures w over the raw sockets, with the block layout of a
-// kvconnect run.
-func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label string) (Result, error) {
+// kvconnect run, and returns the blocks it moved (warm-up included).
+func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label string) (Result, Blocks, error) {
 	if err := w.Validate(); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if w.BlockSize > len(r.cbuf) {
-		return Result{}, fmt.Errorf("--block-size %s is larger than the buffers (%s): raise --buffer-size",
+		return Result{}, nil, fmt.Errorf("--block-size %s is larger than the buffers (%s): raise --buffer-size",
 			units.FormatSize(uint64(w.BlockSize)), units.FormatSize(uint64(len(r.cbuf))))
 	}
 	if uint64(w.BlockSize) > 1<<32-1 || len(r.cbuf)/w.BlockSize > 1<<32-1 {
-		return Result{}, fmt.Errorf("--block-size %d: the raw baseline handles blocks under 4GiB", w.BlockSize)
+		return Result{}, nil, fmt.Errorf("--block-size %d: the raw baseline handles blocks under 4GiB", w.BlockSize)
 	}
 	op := byte(rawOpWrite)
 	if w.Op == Read {
@@ -475,7 +475,7 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	if w.Warmup > 0 {
 		progress.Set("%swarming up for %v", label, w.Warmup)
 		if err := phase(w.Warmup, nil); err != nil {
-			return Result{}, err
+			return Result{}, nil, err
 		}
 	}
 	cnt.reset()
@@ -485,7 +485,7 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	}
 	before, err := snapshotCPU(pids)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	lat := make([][]time.Duration, w.Threads)
 	start := time.Now()
@@ -498,11 +498,11 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	stop()
 	progress.Clear()
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	after, err := snapshotCPU(pids)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	var all []time.Duration
 	for _, l := range lat {
@@ -515,7 +515,7 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	res := Result{Transport: "raw", Mode: mode, Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: pids}
 	res.HostCPU, res.PluginCPU = after.since(before)
 	res.fill(w, elapsed, all)
-	return res, nil
+	return res, lay.touched(issued), nil
 }
 
 // Close ends the connections and the server and waits for every

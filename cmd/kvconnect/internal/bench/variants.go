@@ -52,7 +52,8 @@ type bencher interface {
 type rawBencher struct{ r *Raw }
 
 func (b rawBencher) run(ctx context.Context, w Workload, p *Progress, label string) (Result, error) {
-	return b.r.Run(ctx, w, p, label)
+	res, _, err := b.r.Run(ctx, w, p, label)
+	return res, err
 }
 func (b rawBencher) close() error { return b.r.Close() }
 
