@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -31,7 +32,7 @@ type benchFlags struct {
 	batch, threads, rounds, corrupt                                   int
 	seed                                                              uint64
 	asJSON, verify, inProcess, suite, rawServer                       bool
-	out, cpuProfile, mooncakeBin, floorBin                            string
+	out, cpuProfile, traceFile, mooncakeBin, floorBin                 string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -103,6 +104,7 @@ A live progress line goes to a terminal's stderr; nothing when piped.`,
 	fl.StringVar(&f.out, "out", "", "with --suite: also write the report (with the machine description and commands) to this markdown file")
 	fl.StringVar(&f.mooncakeBin, "mooncake-bin", "", "with --suite: directory holding Mooncake's transfer_engine_bench, run as a variant beside kvconnect (default $KVCONNECT_MOONCAKE_BIN)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process during the run to this file (with --in-process it covers the transport too)")
+	fl.StringVar(&f.traceFile, "trace", "", "write a Go execution trace of this process during the run to this file (go tool trace; with --in-process it covers the transport too)")
 	fl.IntVar(&f.corrupt, "verify-corrupt-block", -1, "test hook: damage this block of the target's buffer before verifying")
 	fl.MarkHidden("verify-corrupt-block")
 	fl.BoolVar(&f.rawServer, "raw-server", false, "the suite's raw baseline server process: serve until stdin ends")
@@ -306,10 +308,23 @@ func runAndReport(ctx context.Context, cmd *cobra.Command, f *benchFlags, w benc
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 	}
+	if f.traceFile != "" {
+		tf, err := os.Create(f.traceFile)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+	}
 	res, blocks, err := bench.Run(ctx, bench.RunInput{Initiator: node, Peer: peer, Workload: w, PIDs: pids,
 		Progress: bench.NewProgress(cmd.ErrOrStderr()), Label: label})
 	if f.cpuProfile != "" {
 		pprof.StopCPUProfile()
+	}
+	if f.traceFile != "" {
+		trace.Stop()
 	}
 	if err != nil {
 		return err
