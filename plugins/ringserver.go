@@ -34,9 +34,12 @@ const ringStopWait = 10 * time.Second
 // or when the host cancels it, and publishes the outcome on the CQ.
 //
 // Goroutines: one sleeper waits for submissions when nothing else
-// watches the SQ, and starts a worker for each batch it claims; a worker
-// runs its batch, publishes its completion, then spins on the SQ for
-// a while and runs what it claims itself. claimMu makes claiming one
+// watches the SQ; it runs a lone batch itself (SQBusy raised), or starts
+// a worker for each batch it claims when batches come concurrently
+// (alone); while it is busy, the standby is woken for what the host
+// submits (SQKick); a worker (or the sleeper, after its batch) publishes
+// the completion, then spins on the SQ for a while and runs what it
+// claims itself. claimMu makes claiming one
 // consumer at a time (and orders head); postMu orders completions (and
 // guards cqTail); mu guards running. Everything read from the ring is
 // checked before use: a host that breaks the protocol stops the ring,
@@ -53,8 +56,11 @@ type ringServer struct {
 	gap      *ring.Adapt
 	lastPost atomic.Int64 // unix ns of the last completion
 	// counts, for the debug log at stop
-	bySleeper, bySpinner, spinMisses atomic.Int64
-	transferTime                     ring.Adapt // Transfer's duration
+	bySleeper, bySpinner, byStandby, spinMisses, inline atomic.Int64
+	// concurrentUntil (unix ns): until then the sleeper starts a worker
+	// per batch rather than run a lone one itself (alone).
+	concurrentUntil atomic.Int64
+	transferTime    ring.Adapt // Transfer's duration
 
 	claimMu sync.Mutex
 	head    uint32        // next SQ entry to claim; guarded by claimMu
@@ -80,6 +86,10 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	bad    error
+	// inline: the sleeper runs it, and tail is the SQ tail when it
+	// started, for alone's sign of concurrent submitters.
+	inline bool
+	tail   uint32
 }
 
 func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string) *ringServer {
@@ -90,8 +100,9 @@ func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Sh
 	s.seen.Store(s.head)
 	s.cqTail = r.Load(ring.CQTail)
 	r.Store(ring.PluginState, ring.PluginServing)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.sleeper()
+	go s.standby()
 	return s
 }
 
@@ -150,42 +161,123 @@ func (s *ringServer) claim(jobs []job) []job {
 }
 
 // sleeper claims submissions when no worker is spinning, sleeping on the
-// SQ's futex in between, and starts a worker per batch.
+// SQ's futex in between. A lone batch it runs itself, on the thread the
+// futex woke, when nothing suggests other host threads submit meanwhile
+// (see alone); otherwise it starts a worker per batch, so batches from
+// concurrent submitters run concurrently.
 func (s *ringServer) sleeper() {
 	defer s.wg.Done()
 	var buf [8]job
 	for !s.stopping.Load() {
 		jobs := s.claim(buf[:0])
+		if len(jobs) == 0 {
+			s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0)
+			continue
+		}
 		s.bySleeper.Add(int64(len(jobs)))
+		if len(jobs) == 1 && s.alone() {
+			// Busy, then a last look: what the host published before it
+			// could see the sleeper busy goes to workers with this batch.
+			s.r.Store(ring.SQBusy, 1)
+			if jobs = s.claim(jobs); len(jobs) == 1 {
+				s.inline.Add(1)
+				s.serve(jobs[0], true)
+				continue
+			}
+			s.r.Store(ring.SQBusy, 0)
+		}
+		s.sawConcurrency()
 		for _, j := range jobs {
 			s.wg.Add(1)
 			go s.work(j)
 		}
-		if len(jobs) > 0 {
-			// Let the workers start on this processor before this thread
-			// blocks in the futex.
-			runtime.Gosched()
-			continue
-		}
-		s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0)
+		// Let the workers start on this processor before this thread
+		// blocks in the futex.
+		runtime.Gosched()
 	}
 }
 
-// work runs j, then keeps claiming and running batches for as long as
-// the host submits them within ringSpin of each completion.
+// concurrentHold is how long a sign of concurrent submitters (two
+// batches in flight, or a submission that came while the sleeper ran a
+// batch itself) keeps the sleeper starting a worker per batch.
+const concurrentHold = time.Second
+
+// alone reports whether the sleeper may run a batch it just claimed
+// itself: no other batch runs and no sign of concurrent submitters came
+// within concurrentHold. While it runs one nobody sleeps on the SQ, so a
+// batch another host thread submits meanwhile waits for it (once: that
+// submission is such a sign).
+func (s *ringServer) alone() bool {
+	if time.Now().UnixNano() < s.concurrentUntil.Load() {
+		return false
+	}
+	s.mu.Lock()
+	n := len(s.running)
+	s.mu.Unlock()
+	if n > 1 {
+		s.sawConcurrency()
+		return false
+	}
+	return true
+}
+
+func (s *ringServer) sawConcurrency() {
+	s.concurrentUntil.Store(time.Now().Add(concurrentHold).UnixNano())
+}
+
+// standby serves the SQ while the sleeper runs a batch itself: a host
+// that submits then (a batch from another of its threads, or a
+// cancellation of the batch running) bumps SQKick and wakes it. It
+// claims what is there, applying cancellations and starting a worker per
+// batch, and sleeps on SQKick's futex again. It is a second thread
+// asleep in the kernel, woken only when batches come concurrently.
+func (s *ringServer) standby() {
+	defer s.wg.Done()
+	var buf [8]job
+	for !s.stopping.Load() {
+		seen := s.r.Load(ring.SQKick)
+		jobs := s.claim(buf[:0])
+		if len(jobs) > 0 {
+			s.sawConcurrency()
+			s.byStandby.Add(int64(len(jobs)))
+		}
+		for _, j := range jobs {
+			s.wg.Add(1)
+			go s.work(j)
+		}
+		if len(jobs) == 0 && !s.stopping.Load() {
+			s.r.Await(ring.SQKick, seen, 0)
+		}
+	}
+}
+
+// work runs j on a goroutine of its own, then serves what comes next.
 func (s *ringServer) work(j job) {
 	defer s.wg.Done()
+	s.serve(j, false)
+}
+
+// serve runs j, then keeps claiming and running batches for as long as
+// the host submits them within the spin budget of each completion. On
+// the sleeper (inline) a submission published while a batch ran is a
+// sign of concurrent submitters (run looks).
+func (s *ringServer) serve(j job, inline bool) {
 	var buf [4]job
 	for {
+		j.inline, j.tail = inline, s.r.Load(ring.SQTail)
 		hostAwake := s.run(j)
+		if !inline { // the sleeper's run raised it (publish)
+			s.r.Add(ring.SQSpin, 1)
+		}
+		inline = false
 		if s.stopping.Load() {
+			s.r.Add(ring.SQSpin, -1)
 			return
 		}
 		budget := s.gap.Budget()
 		if !hostAwake {
 			budget = 0
 		}
-		s.r.Add(ring.SQSpin, 1)
 		jobs := buf[:0]
 		sp := ring.NewSpinner(budget, s.gap)
 		for sp.Spin() && !s.stopping.Load() {
@@ -205,6 +297,9 @@ func (s *ringServer) work(j job) {
 			return
 		}
 		s.bySpinner.Add(int64(len(jobs)))
+		if len(jobs) > 1 {
+			s.sawConcurrency()
+		}
 		for _, extra := range jobs[1:] {
 			s.wg.Add(1)
 			go s.work(extra)
@@ -227,11 +322,11 @@ func (s *ringServer) run(j job) (hostAwake bool) {
 	}()
 	if j.bad != nil {
 		s.log.Warn("refusing a malformed ring submission", zap.Error(j.bad))
-		return s.post(ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
+		return s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
 	}
 	area, err := ring.AreaAt(s.r.Arena(), e.Area, int(e.NOps))
 	if err != nil { // CheckSub said it fits
-		return s.post(ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(err), BatchMsg: ring.NoMsg})
+		return s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(err), BatchMsg: ring.NoMsg})
 	}
 	n := area.Len()
 	ops := make([]Op, n)
@@ -242,7 +337,24 @@ func (s *ringServer) run(j job) (hostAwake bool) {
 	start := time.Now()
 	berr := s.impl.Transfer(j.ctx, PeerID(e.Peer), ops, results)
 	s.transferTime.Observe(time.Since(start))
-	return s.post(ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
+	if j.inline && s.r.Load(ring.SQTail) != j.tail {
+		// Published while the sleeper ran this batch, before the host
+		// could see its completion: another host thread submits.
+		s.sawConcurrency()
+	}
+	return s.publish(j, ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
+}
+
+// publish posts j's completion. The sleeper, running j itself, first
+// raises SQSpin and then drops SQBusy: the host, woken by the completion,
+// may submit its next batch at once, and finds the SQ watched without
+// waking the standby for it.
+func (s *ringServer) publish(j job, c ring.Comp) (hostAwake bool) {
+	if j.inline {
+		s.r.Add(ring.SQSpin, 1)
+		s.r.Store(ring.SQBusy, 0)
+	}
+	return s.post(c)
 }
 
 // post publishes a completion, waiting while the CQ is full (the host
@@ -309,12 +421,13 @@ func (s *ringServer) stop() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
-			// Repeat the wake: one that comes just before the sleeper's
-			// futex call is lost.
+			// Repeat the wakes: one that comes just before a futex call
+			// is lost.
 			s.r.Wake(ring.SQTail)
+			s.r.Wake(ring.SQKick)
 			select {
 			case <-done:
-				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()),
+				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()), zap.Int64("run_by_sleeper", s.inline.Load()), zap.Int64("claimed_by_standby", s.byStandby.Load()),
 					zap.Int64("spins_missed", s.spinMisses.Load()), zap.Duration("mean_host_gap", s.gap.Mean()), zap.Duration("mean_transfer", s.transferTime.Mean()))
 				s.r.Store(ring.PluginState, ring.PluginStopped)
 				s.seg.Close()

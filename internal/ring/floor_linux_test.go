@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +28,14 @@ const floorChildEnv = "KVCONNECT_RING_FLOOR_CHILD"
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(floorChildEnv); mode != "" {
-		floorChild(mode)
+		switch {
+		case mode == "echo":
+			relayEcho()
+		case strings.HasPrefix(mode, "relay-"):
+			relayChild(mode)
+		default:
+			floorChild(mode)
+		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

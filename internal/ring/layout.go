@@ -26,7 +26,11 @@ import (
 const Magic uint64 = 0x31474e495243564b
 
 // Version is the ring protocol version in the header.
-const Version = 1
+//
+// Version 2 added SQBusy and SQKick: the plugin's SQ sleeper runs a lone
+// batch itself, and a host that submits meanwhile wakes the plugin's
+// standby through SQKick.
+const Version = 2
 
 // HeaderSize is the size of the header page.
 const HeaderSize = 4096
@@ -46,11 +50,13 @@ const (
 	offSQHead = 128 // u32, plugin: submissions consumed
 	offSQIdle = 192 // u32, plugin: 1 while its SQ sleeper sleeps (or is about to)
 	offSQSpin = 196 // u32, plugin: goroutines spinning on the SQ
+	offSQBusy = 200 // u32, plugin: 1 while its SQ sleeper runs a batch itself
 	offCQTail = 256 // u32, plugin: completions published
 	offCQHead = 320 // u32, host: completions consumed
 	offCQIdle = 384 // u32, host: 1 while its CQ poller sleeps (or is about to)
 	offHost   = 448 // u32, host state: 1 = closing
 	offPlugin = 512 // u32, plugin state: 1 = serving, 2 = stopped
+	offSQKick = 576 // u32, host: bumped to wake the plugin's standby while its sleeper is busy
 )
 
 // Host and plugin states.

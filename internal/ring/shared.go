@@ -24,6 +24,8 @@ const (
 	SQHead      Word = offSQHead // plugin: submissions consumed
 	SQIdle      Word = offSQIdle // plugin: its SQ sleeper sleeps
 	SQSpin      Word = offSQSpin // plugin: goroutines spinning on the SQ
+	SQBusy      Word = offSQBusy // plugin: its SQ sleeper runs a batch itself
+	SQKick      Word = offSQKick // host: bumped to wake the plugin's standby
 	CQTail      Word = offCQTail // plugin: completions published
 	CQHead      Word = offCQHead // host: completions consumed
 	CQIdle      Word = offCQIdle // host: its CQ poller sleeps
@@ -124,15 +126,27 @@ func (s *Shared) Comp(i uint32) []byte {
 // Wake wakes the processes sleeping on w.
 func (s *Shared) Wake(w Word) { futexWake(s.word(w), 1<<30) }
 
-// NotifySQ is what the host does after publishing submissions: wake the
-// plugin's SQ sleeper unless a plugin goroutine is spinning on the SQ
-// (that one will see them). The host's store of SQTail comes before
-// these loads, and a plugin goroutine announces sleeping or stops
-// spinning before it looks at SQTail a last time, so one of the two sees
-// the other: no submission waits for a wake-up that never comes.
+// NotifySQ is what the host does after publishing submissions: unless a
+// plugin goroutine is spinning on the SQ (that one will see them), wake
+// the plugin's SQ sleeper if it sleeps, or, if it is busy running a
+// batch itself, bump SQKick and wake the plugin's standby, which sleeps
+// on it. The host's store of SQTail comes before these loads, and a
+// plugin goroutine announces sleeping, spinning or being busy before it
+// stops looking at SQTail, and stops doing so only after (each of
+// SQIdle, SQSpin and SQBusy drops only once another is raised or SQTail
+// is looked at again), so one of the two sees the other: no submission
+// waits for a wake-up that never comes.
 func (s *Shared) NotifySQ() {
-	if s.Load(SQIdle) != 0 && s.Load(SQSpin) == 0 {
+	if s.Load(SQSpin) != 0 {
+		return
+	}
+	if s.Load(SQIdle) != 0 {
 		s.Wake(SQTail)
+		return
+	}
+	if s.Load(SQBusy) != 0 {
+		s.Add(SQKick, 1)
+		s.Wake(SQKick)
 	}
 }
 
@@ -208,6 +222,14 @@ func (s *Shared) Sleep(w Word, seen uint32, idle Word, done func() bool, timeout
 		futexWait(s.word(w), seen, timeout)
 	}
 	s.Store(idle, 0)
+}
+
+// Await sleeps on w's futex while w holds seen, until a Wake(w) or
+// timeout (when > 0). Spurious returns happen, and a Wake before the
+// sleep is lost: the caller rechecks, and whoever must end the wait
+// repeats its wake until the waiter has left.
+func (s *Shared) Await(w Word, seen uint32, timeout time.Duration) {
+	futexWait(s.word(w), seen, timeout)
 }
 
 // SpinFor is the spin budget named by environment variable env (a Go

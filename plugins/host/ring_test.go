@@ -223,6 +223,52 @@ func TestRingCancellationReachesPlugin(t *testing.T) {
 	}
 }
 
+// releasingTransport is a blockingTransport whose batches to peer 8
+// release the batches blocked on peer 7.
+type releasingTransport struct {
+	*blockingTransport
+	once sync.Once
+}
+
+func (r *releasingTransport) Transfer(ctx context.Context, peer plugins.PeerID, ops []plugins.Op, res []plugins.OpResult) error {
+	if peer == 8 {
+		r.once.Do(func() { close(r.release) })
+		plugins.FillResults(res, nil)
+		return nil
+	}
+	return r.blockingTransport.Transfer(ctx, peer, ops, res)
+}
+
+// TestRingBatchWhileSleeperBusy: the plugin's SQ sleeper runs a lone
+// batch itself; a batch another host goroutine submits meanwhile still
+// runs at once (the host wakes the plugin's standby), rather than wait
+// for the first: here the first waits for the second, so without the
+// standby neither ends.
+func TestRingBatchWhileSleeperBusy(t *testing.T) {
+	bt := &releasingTransport{blockingTransport: newBlocking()}
+	m := inMemoryRing(t, bt)
+	first := make(chan error, 1)
+	go func() { first <- m.Transfer(context.Background(), 7, ops(1), make([]plugins.OpResult, 1)) }()
+	for bt.running.Load() == 0 {
+		runtime.Gosched()
+	}
+	second := make(chan error, 1)
+	go func() { second <- m.Transfer(context.Background(), 8, ops(1), make([]plugins.OpResult, 1)) }()
+	for _, w := range []struct {
+		name string
+		ch   chan error
+	}{{"the second batch", second}, {"the first batch", first}} {
+		select {
+		case err := <-w.ch:
+			if err != nil {
+				t.Fatalf("%s: %v", w.name, err)
+			}
+		case <-time.After(testbin.WaitLimit):
+			t.Fatalf("%s never completed: the plugin ran the batches one after the other", w.name)
+		}
+	}
+}
+
 // TestRingBackpressure: more batches than the ring holds in flight wait
 // for room (none fails, none is lost), and all complete once the plugin
 // catches up.
@@ -336,7 +382,8 @@ func TestRingPluginCrashMidBatch(t *testing.T) {
 // each other without spinning or polling: the host has no poller and no
 // reaper left, no plugin worker spins on the SQ, and the plugin's SQ
 // sleeper is blocked in futex(FUTEX_WAIT) on the SQ tail with no timeout,
-// so only the host's next submission wakes it. A state, not a CPU share:
+// so only the host's next submission wakes it (its standby likewise on
+// SQ kick). A state, not a CPU share:
 // what idling costs is BenchmarkRingIdle's report.
 func TestRingIdleSleeps(t *testing.T) {
 	isolate(t)
@@ -359,9 +406,10 @@ func TestRingIdleSleeps(t *testing.T) {
 		defer rc.mu.Unlock()
 		return !rc.polling && !rc.reaping && len(rc.pending) == 0
 	})
-	testbin.Eventually(t, "the plugin's SQ sleeper to block on the SQ tail's futex with no timeout, no worker spinning", func() bool {
-		return rc.r.Load(ring.SQSpin) == 0 && rc.r.Load(ring.SQIdle) == 1 &&
-			testbin.SleepsOnFutex(t, p.Pid(), "kvconnect:ring", uint64(ring.SQTail))
+	testbin.Eventually(t, "the plugin's SQ sleeper and standby to block on the SQ tail's and SQ kick's futexes with no timeout, no worker spinning", func() bool {
+		return rc.r.Load(ring.SQSpin) == 0 && rc.r.Load(ring.SQIdle) == 1 && rc.r.Load(ring.SQBusy) == 0 &&
+			testbin.SleepsOnFutex(t, p.Pid(), "kvconnect:ring", uint64(ring.SQTail)) &&
+			testbin.SleepsOnFutex(t, p.Pid(), "kvconnect:ring", uint64(ring.SQKick))
 	})
 	t.Logf("both sides asleep %v after the last batch", time.Since(start))
 	// Still usable: the next submission wakes the sleeper.
