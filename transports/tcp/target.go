@@ -130,9 +130,11 @@ func (tc *targetConn) serve() {
 		}
 	}()
 	var h wire.Header
+	var payload payloadDeadline
+	var sc stateCheck
 	for {
 		if br != nil {
-			if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if err := payload.readHeader(tc.nc, br, hb[:]); err != nil {
 				return // peer closed or connection broke
 			}
 		}
@@ -162,15 +164,14 @@ func (tc *targetConn) serve() {
 				// A payload that is not buffered yet is read under a deadline,
 				// so a peer that dies mid-write cannot hold the region (and a
 				// Deregister waiting for it) until TCP keepalive gives up.
-				if abandoned(tc.nc) {
+				if sc.due() && abandoned(tc.nc) {
 					// The initiator has failed this WRITE already.
 					e.Release()
 					t.served.op(true, resFailed, h.Length)
 					return
 				}
-				wait := uint64(br.Buffered()) < h.Length
-				if wait {
-					tc.nc.SetReadDeadline(time.Now().Add(time.Duration(t.opts.OpTimeout)))
+				if uint64(br.Buffered()) < h.Length {
+					payload.arm(tc.nc, time.Duration(t.opts.OpTimeout))
 				}
 				_, err := io.ReadFull(br, mem)
 				e.Release()
@@ -179,9 +180,6 @@ func (tc *targetConn) serve() {
 					return
 				}
 				t.served.op(true, resCompleted, h.Length)
-				if wait {
-					tc.nc.SetReadDeadline(time.Time{})
-				}
 			}
 			if err := fw.frame(&resp, nil, nil); err != nil {
 				return
