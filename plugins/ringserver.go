@@ -204,9 +204,9 @@ const concurrentHold = time.Second
 
 // alone reports whether the sleeper may run a batch it just claimed
 // itself: no other batch runs and no sign of concurrent submitters came
-// within concurrentHold. While it runs one nobody sleeps on the SQ, so a
-// batch another host thread submits meanwhile waits for it (once: that
-// submission is such a sign).
+// within concurrentHold. While it runs one, what the host submits goes
+// through the standby (a sign too); a goroutine per batch saves those
+// wake-ups while batches keep coming concurrently.
 func (s *ringServer) alone() bool {
 	if time.Now().UnixNano() < s.concurrentUntil.Load() {
 		return false
