@@ -192,7 +192,7 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 
 // directWriteMax bounds the chunk a caller writes itself (conn.enqueue):
 // small enough to go into an idle socket's buffer at once.
-const directWriteMax = smallPayload
+const directWriteMax = 16 << 10
 
 // send queues a chunk on a healthy connection, redialing if needed;
 // direct: the batch's only chunk, which the caller may write itself.
