@@ -28,8 +28,9 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 	var sb [mcwire.StatusSize]byte
 	copy(hb[:], first[:])
 	have := len(first)
+	var sc stateCheck
 	for {
-		if _, err := io.ReadFull(tc.nc, hb[have:]); err != nil {
+		if err := tc.dl.readHeader(tc.nc, tc.nc, hb[have:]); err != nil {
 			return // the peer closed (pool off: after each request)
 		}
 		have = 0
@@ -55,7 +56,9 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 			}
 			return
 		}
-		if h.Write && (peerReset(tc.nc) || (h.V2 && abandoned(tc.nc))) {
+		// A connection's first request is always looked at (pool off:
+		// every request); on a pooled one, at most once a millisecond.
+		if h.Write && sc.due() && (peerReset(tc.nc) || (h.V2 && abandoned(tc.nc))) {
 			// The initiator gave up on this WRITE before it was read (this
 			// process was stopped, say): it has failed there, and applying
 			// it now would overwrite what was written since. A v2 client
@@ -93,20 +96,18 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 	if h.Write {
 		// The payload is read under op_timeout, so a peer that stalls
 		// mid-write cannot hold the region (and a Deregister) forever.
-		tc.nc.SetReadDeadline(time.Now().Add(timeout))
+		tc.dl.armRead(tc.nc, timeout)
 		_, err := io.ReadFull(tc.nc, mem)
-		tc.nc.SetReadDeadline(time.Time{})
 		if err != nil {
 			tc.t.served.op(true, resFailed, h.Size)
 			return false
 		}
 		tc.t.served.op(true, resCompleted, h.Size) // before the v2 status can reach the initiator
 		if h.V2 {
-			tc.nc.SetWriteDeadline(time.Now().Add(timeout))
+			tc.dl.armWrite(tc.nc, timeout)
 			if _, err := tc.nc.Write(sb[:]); err != nil {
 				return false
 			}
-			tc.nc.SetWriteDeadline(time.Time{})
 		}
 		return true
 	}
@@ -115,8 +116,7 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 	if h.V2 {
 		out = net.Buffers{sb[:], mem}
 	}
-	tc.nc.SetWriteDeadline(time.Now().Add(timeout))
+	tc.dl.armWrite(tc.nc, timeout)
 	_, err := out.WriteTo(tc.nc)
-	tc.nc.SetWriteDeadline(time.Time{})
 	return err == nil
 }

@@ -25,7 +25,8 @@ const readBufferSize = 16 << 10
 type targetConn struct {
 	t  *Transport
 	nc net.Conn
-	mc *mcConn // its entry in t.order, removed when it is not a Mooncake peer or ends
+	mc *mcConn       // its entry in t.order, removed when it is not a Mooncake peer or ends
+	dl connDeadlines // its deadlines; the serving goroutine's
 }
 
 func (t *Transport) acceptLoop(ln net.Listener) {
@@ -130,11 +131,10 @@ func (tc *targetConn) serve() {
 		}
 	}()
 	var h wire.Header
-	var payload payloadDeadline
 	var sc stateCheck
 	for {
 		if br != nil {
-			if err := payload.readHeader(tc.nc, br, hb[:]); err != nil {
+			if err := tc.dl.readHeader(tc.nc, br, hb[:]); err != nil {
 				return // peer closed or connection broke
 			}
 		}
@@ -171,7 +171,7 @@ func (tc *targetConn) serve() {
 					return
 				}
 				if uint64(br.Buffered()) < h.Length {
-					payload.arm(tc.nc, time.Duration(t.opts.OpTimeout))
+					tc.dl.armRead(tc.nc, time.Duration(t.opts.OpTimeout))
 				}
 				_, err := io.ReadFull(br, mem)
 				e.Release()

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -9,44 +8,63 @@ import (
 	"time"
 )
 
-// payloadDeadline bounds the reading of WRITE payloads on a target's
-// connection without touching the runtime's timers per op: a read
-// deadline, set before a payload that is not buffered yet, stays set
-// across requests and is moved only when less than half its span is
-// left, so a payload stalled mid-way fails after between half the span
+// connDeadlines bound a target connection's payload reads and its
+// writes without touching the runtime's timers per op: a deadline, set
+// before a payload read that must wait (or a write), stays set across
+// requests and is moved only when less than half its span is left, so a
+// payload or write stalled mid-way fails after between half the span
 // and the span (op_timeout). A request header is not bounded (an idle
 // connection waits for the next one as long as it likes): a header read
-// that meets the deadline clears it and reads on.
+// that meets the read deadline clears it and reads on. A write deadline
+// passing while the connection idles harms nothing: the next write
+// moves it first.
 //
 // Setting and clearing a deadline per op adds and deletes a runtime
 // timer, each often waking the network poller's thread to recompute its
 // sleep: on a 64 KiB WRITE stream that cost a tenth of the throughput
 // (docs/DATAPATH.md). One goroutine uses it (the connection's server).
-type payloadDeadline struct {
-	until time.Time // zero when not set
+type connDeadlines struct {
+	read, write time.Time // zero when not set
 }
 
-// arm makes sure a deadline at least span/2 away is set on nc.
-func (d *payloadDeadline) arm(nc net.Conn, span time.Duration) {
-	now := time.Now()
-	if !d.until.IsZero() && d.until.Sub(now) >= span/2 {
-		return
+// armRead makes sure a read deadline at least span/2 away is set on nc.
+func (d *connDeadlines) armRead(nc net.Conn, span time.Duration) {
+	if until, moved := rearm(d.read, span); moved {
+		d.read = until
+		nc.SetReadDeadline(until)
 	}
-	d.until = now.Add(span)
-	nc.SetReadDeadline(d.until)
 }
 
-// readHeader reads a request header into hb through br, clearing the
-// deadline if it meets it (the bytes read before it are kept).
-func (d *payloadDeadline) readHeader(nc net.Conn, br *bufio.Reader, hb []byte) error {
+// armWrite makes sure a write deadline at least span/2 away is set on nc.
+func (d *connDeadlines) armWrite(nc net.Conn, span time.Duration) {
+	if until, moved := rearm(d.write, span); moved {
+		d.write = until
+		nc.SetWriteDeadline(until)
+	}
+}
+
+// rearm is the deadline to set for span given the current one, and
+// whether it differs (less than half the span left, or none).
+func rearm(cur time.Time, span time.Duration) (time.Time, bool) {
+	now := time.Now()
+	if !cur.IsZero() && cur.Sub(now) >= span/2 {
+		return cur, false
+	}
+	return now.Add(span), true
+}
+
+// readHeader reads a request header into hb through r (nc or a reader
+// on it), clearing the read deadline if it meets it (the bytes read
+// before it are kept).
+func (d *connDeadlines) readHeader(nc net.Conn, r io.Reader, hb []byte) error {
 	n := 0
 	for {
-		m, err := io.ReadFull(br, hb[n:])
+		m, err := io.ReadFull(r, hb[n:])
 		n += m
-		if err == nil || d.until.IsZero() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		if err == nil || d.read.IsZero() || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
-		d.until = time.Time{}
+		d.read = time.Time{}
 		nc.SetReadDeadline(time.Time{})
 	}
 }

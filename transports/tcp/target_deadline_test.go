@@ -29,24 +29,33 @@ func tcpPair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
-// TestPayloadDeadlineSpansRequests: arm sets a deadline once and moves it
-// only when less than half its span is left.
+// TestPayloadDeadlineSpansRequests: armRead and armWrite set a deadline
+// once and move it only when less than half its span is left.
 func TestPayloadDeadlineSpansRequests(t *testing.T) {
 	_, srv := tcpPair(t)
-	var d payloadDeadline
-	d.arm(srv, time.Hour)
-	first := d.until
-	if first.IsZero() {
-		t.Fatal("arm set no deadline")
-	}
-	d.arm(srv, time.Hour)
-	if d.until != first {
-		t.Fatalf("arm moved a deadline an hour away: %v -> %v", first, d.until)
-	}
-	d.until = time.Now().Add(10 * time.Minute) // less than half the span left
-	d.arm(srv, time.Hour)
-	if d.until.Sub(first) < 0 || time.Until(d.until) < 50*time.Minute {
-		t.Fatalf("arm kept a deadline with less than half its span left: %v", d.until)
+	for _, c := range []struct {
+		name  string
+		arm   func(*connDeadlines)
+		until func(*connDeadlines) *time.Time
+	}{
+		{"read", func(d *connDeadlines) { d.armRead(srv, time.Hour) }, func(d *connDeadlines) *time.Time { return &d.read }},
+		{"write", func(d *connDeadlines) { d.armWrite(srv, time.Hour) }, func(d *connDeadlines) *time.Time { return &d.write }},
+	} {
+		var d connDeadlines
+		c.arm(&d)
+		first := *c.until(&d)
+		if first.IsZero() {
+			t.Fatalf("%s: arm set no deadline", c.name)
+		}
+		c.arm(&d)
+		if *c.until(&d) != first {
+			t.Fatalf("%s: arm moved a deadline an hour away: %v -> %v", c.name, first, *c.until(&d))
+		}
+		*c.until(&d) = time.Now().Add(10 * time.Minute) // less than half the span left
+		c.arm(&d)
+		if got := *c.until(&d); got.Before(first) || time.Until(got) < 50*time.Minute {
+			t.Fatalf("%s: arm kept a deadline with less than half its span left: %v", c.name, got)
+		}
 	}
 }
 
@@ -60,8 +69,8 @@ func TestPayloadDeadlineIdleHeaderReadsOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(srv)
-	var d payloadDeadline
-	d.arm(srv, time.Nanosecond) // passed before the header's rest comes
+	var d connDeadlines
+	d.armRead(srv, time.Nanosecond) // passed before the header's rest comes
 	got := make([]byte, len(want))
 	done := make(chan error, 1)
 	go func() { done <- d.readHeader(srv, br, got) }()
@@ -76,7 +85,7 @@ func TestPayloadDeadlineIdleHeaderReadsOn(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("header %q, want %q", got, want)
 	}
-	if !d.until.IsZero() {
+	if !d.read.IsZero() {
 		t.Fatal("the deadline is still recorded after a header read cleared it")
 	}
 }
@@ -89,8 +98,8 @@ func TestPayloadDeadlineFailsAStalledPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(srv)
-	var d payloadDeadline
-	d.arm(srv, 50*time.Millisecond)
+	var d connDeadlines
+	d.armRead(srv, 50*time.Millisecond)
 	_, err := io.ReadFull(br, make([]byte, 64<<10))
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a stalled payload read ended with %v, want the deadline", err)
