@@ -1208,7 +1208,8 @@ type OpenRingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The ring file's token on the fd channel: a sealed memfd.
 	FdToken uint64 `protobuf:"varint,1,opt,name=fd_token,json=fdToken,proto3" json:"fd_token,omitempty"`
-	// The ring protocol version (1) and the layout the header repeats.
+	// The ring protocol version (2: docs/DATAPATH.md) and the layout the
+	// header repeats.
 	Version    uint32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	SqEntries  uint32 `protobuf:"varint,3,opt,name=sq_entries,json=sqEntries,proto3" json:"sq_entries,omitempty"`
 	CqEntries  uint32 `protobuf:"varint,4,opt,name=cq_entries,json=cqEntries,proto3" json:"cq_entries,omitempty"`
