@@ -199,8 +199,13 @@ func (s *ringServer) sleeper() {
 
 // concurrentHold is how long a sign of concurrent submitters (two
 // batches in flight, or a submission that came while the sleeper ran a
-// batch itself) keeps the sleeper starting a worker per batch.
-const concurrentHold = time.Second
+// batch itself) keeps the sleeper starting a worker per batch. Short: a
+// concurrent workload renews it with every batch, and the standby makes
+// a wrong guess cost a wake-up, not a wait; a long hold would keep a
+// node that just served concurrent batches off the fast path for a lone
+// one (the bench's single-op cells follow its throughput cells on the
+// same nodes).
+const concurrentHold = 10 * time.Millisecond
 
 // alone reports whether the sleeper may run a batch it just claimed
 // itself: no other batch runs and no sign of concurrent submitters came
