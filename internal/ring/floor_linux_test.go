@@ -5,7 +5,6 @@ package ring
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -98,25 +97,27 @@ func floorChild(mode string) {
 	}
 }
 
+// floorMem is a page of shared memory for the words, closed with b.
+func floorMem(b *testing.B) (int, *os.File) {
+	fd, err := unix.MemfdCreate("floor", unix.MFD_CLOEXEC)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "floor")
+	b.Cleanup(func() { f.Close() })
+	if err := unix.Ftruncate(fd, 4096); err != nil {
+		b.Fatal(err)
+	}
+	return fd, f
+}
+
 func BenchmarkCrossProcessWakeup(b *testing.B) {
 	for _, mode := range []string{"futex", "spin", "spin-then-futex"} {
 		b.Run(mode, func(b *testing.B) {
-			fd, err := unix.MemfdCreate("floor", unix.MFD_CLOEXEC)
-			if err != nil {
-				b.Fatal(err)
-			}
-			f := os.NewFile(uintptr(fd), "floor")
-			defer f.Close()
-			unix.Ftruncate(fd, 4096)
+			fd, f := floorMem(b)
 			ping, pong, mem := floorWords(fd)
 			defer unix.Munmap(mem)
-			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), floorChildEnv+"="+mode)
-			child.ExtraFiles = []*os.File{f}
-			child.Stderr = os.Stderr
-			if err := child.Start(); err != nil {
-				b.Fatal(err)
-			}
+			child := startChild(b, mode, f)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			b.ResetTimer()

@@ -192,13 +192,7 @@ func BenchmarkRelayFloor(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			fd, err := unix.MemfdCreate("relay", unix.MFD_CLOEXEC)
-			if err != nil {
-				b.Fatal(err)
-			}
-			memFile := os.NewFile(uintptr(fd), "relay")
-			defer memFile.Close()
-			unix.Ftruncate(fd, 4096)
+			fd, memFile := floorMem(b)
 			pingFD, pongFD := eventfd(b), eventfd(b)
 			defer unix.Close(pingFD)
 			pingFile, pongFile := dupFile(b, pingFD), dupFile(b, pongFD)
