@@ -1,11 +1,9 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -33,7 +31,7 @@ import (
 type conn struct {
 	p  *peer
 	nc net.Conn
-	br *bufio.Reader // the responses; used by the holder of reading only
+	fr *frameReader // the responses; used by the holder of reading only
 
 	mu      sync.Mutex
 	cond    sync.Cond // the sender's: chunks to write, writing over, broken
@@ -65,7 +63,7 @@ var (
 )
 
 func newConn(p *peer, nc net.Conn) *conn {
-	c := &conn{p: p, nc: nc, br: bufio.NewReaderSize(nc, readBufferSize), fw: newFrameWriter(nc)}
+	c := &conn{p: p, nc: nc, fr: newFrameReader(nc), fw: newFrameWriter(nc)}
 	c.cond.L = &c.mu
 	c.rcond.L = &c.mu
 	c.wg.Add(2)
@@ -97,7 +95,7 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 	if c.head == len(c.queue) && !c.reading {
 		// Idle: no one read the socket since the last response.
 		err := idleState(c.nc)
-		if err == nil && c.br.Buffered() > 0 {
+		if err == nil && c.fr.Buffered() > 0 {
 			err = errUnsolicited // came with the last response
 		}
 		if err != nil {
@@ -316,7 +314,7 @@ func (c *conn) readLoop() {
 func (c *conn) readOne(release bool) (started, released bool, err error) {
 	var hb [wire.HeaderSize]byte
 	var h wire.Header
-	if n, err := io.ReadFull(c.br, hb[:]); err != nil {
+	if n, err := c.fr.header(hb[:]); err != nil {
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 			return false, false, fmt.Errorf("%w: %w", errNoResponseYet, c.p.brokenErr("receive", err))
 		}
@@ -363,7 +361,7 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 			ch.complete(err)
 			return true, false, err
 		}
-		if _, err := io.ReadFull(c.br, ch.local); err != nil {
+		if _, err := c.fr.payload(ch.local); err != nil {
 			err = c.p.brokenErr("receive", err)
 			ch.complete(err)
 			return true, false, err

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -123,7 +122,7 @@ func (tc *targetConn) serve() {
 	if _, err := io.ReadFull(tc.nc, hb[len(first):]); err != nil {
 		return
 	}
-	var br *bufio.Reader
+	var fr *frameReader
 	var fw *frameWriter
 	defer func() {
 		if fw != nil {
@@ -133,8 +132,8 @@ func (tc *targetConn) serve() {
 	var h wire.Header
 	var sc stateCheck
 	for {
-		if br != nil {
-			if err := tc.dl.readHeader(tc.nc, br, hb[:]); err != nil {
+		if fr != nil {
+			if err := tc.dl.readHeader(tc.nc, fr, hb[:]); err != nil {
 				return // peer closed or connection broke
 			}
 		}
@@ -146,8 +145,8 @@ func (tc *targetConn) serve() {
 			t.warn.Warn("malformed", "tcp: dropping a connection after a malformed request", zap.String("remote", tc.nc.RemoteAddr().String()), zap.Error(err))
 			return
 		}
-		if br == nil {
-			br, fw = bufio.NewReaderSize(tc.nc, readBufferSize), newFrameWriter(tc.nc)
+		if fr == nil {
+			fr, fw = newFrameReader(tc.nc), newFrameWriter(tc.nc)
 		}
 		resp := wire.Header{ReqID: h.ReqID}
 		switch h.Op {
@@ -157,7 +156,7 @@ func (tc *targetConn) serve() {
 			if err != nil {
 				resp.Status = statusFor(err)
 				t.served.refuse(true, h.Length, err)
-				if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
+				if err := fr.discard(h.Length); err != nil {
 					return
 				}
 			} else {
@@ -170,10 +169,10 @@ func (tc *targetConn) serve() {
 					t.served.op(true, resFailed, h.Length)
 					return
 				}
-				if uint64(br.Buffered()) < h.Length {
+				if uint64(fr.Buffered()) < h.Length {
 					tc.dl.armRead(tc.nc, time.Duration(t.opts.OpTimeout))
 				}
-				_, err := io.ReadFull(br, mem)
+				_, err := fr.payload(mem)
 				e.Release()
 				if err != nil {
 					t.served.op(true, resFailed, h.Length)

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package tcp
+
+import (
+	"errors"
+	"net"
+)
+
+// vectorReadsHere: this platform reads frames with plain reads.
+const vectorReadsHere = false
+
+// vectorReader would read into two buffers in one system call: not
+// built on this platform, where frames are read with plain reads.
+type vectorReader struct{}
+
+// newVectorReader is nil: no readv here.
+func newVectorReader(net.Conn) *vectorReader { return nil }
+
+func (*vectorReader) read(a, b []byte) (int, int, error) {
+	return 0, 0, errors.New("tcp: no readv on this platform")
+}
