@@ -199,6 +199,11 @@ func (t *Table) RemoveAll(ctx context.Context) error {
 // Len is the number of registered regions.
 func (t *Table) Len() int { return t.load().byID.Len() }
 
+// idKeys are the keys Resolve looks regions up by: a key made per call
+// escapes to the heap (the tree compares through a function value), an
+// allocation per op on the data path.
+var idKeys = sync.Pool{New: func() any { return new(Entry) }}
+
 // Resolve bounds-checks [offset, offset+length) in region id (or, when id
 // is 0, the absolute range [offset, offset+length) in any region) and
 // returns the region, acquired, with the memory of that range. The caller
@@ -210,7 +215,11 @@ func (t *Table) Resolve(id, offset, length uint64) (*Entry, []byte, error) {
 	var e *Entry
 	if id != 0 {
 		var ok bool
-		if e, ok = s.byID.Get(&Entry{ID: id}); !ok {
+		k := idKeys.Get().(*Entry)
+		k.ID = id
+		e, ok = s.byID.Get(k)
+		idKeys.Put(k)
+		if !ok {
 			return nil, nil, fmt.Errorf("region %d: %w", id, errdefs.ErrUnknownRegion)
 		}
 	} else {
