@@ -99,7 +99,7 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		bindAddr = req.BindAddress
 	}
 	bind := net.JoinHostPort(bindAddr, strconv.Itoa(opts.Port))
-	var lc net.ListenConfig
+	lc := listenConfig()
 	ln, err := lc.Listen(ctx, "tcp", bind)
 	if err != nil {
 		ie := initError(plugins.StepBind, fmt.Sprintf("cannot listen on %s: %v", bind, err), fmt.Errorf("%w: %w", plugins.ErrUnavailable, err))
