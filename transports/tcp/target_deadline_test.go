@@ -1,9 +1,7 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"testing"
@@ -68,12 +66,12 @@ func TestPayloadDeadlineIdleHeaderReadsOn(t *testing.T) {
 	if _, err := cli.Write(want[:5]); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(srv)
+	fr := newFrameReader(srv) // what the target reads requests with
 	var d connDeadlines
 	d.armRead(srv, time.Nanosecond) // passed before the header's rest comes
 	got := make([]byte, len(want))
 	done := make(chan error, 1)
-	go func() { done <- d.readHeader(srv, br, got) }()
+	go func() { done <- d.readHeader(srv, fr, got) }()
 	// The read meets the deadline once the first 5 bytes are consumed;
 	// the rest arrives whenever.
 	if _, err := cli.Write(want[5:]); err != nil {
@@ -91,18 +89,22 @@ func TestPayloadDeadlineIdleHeaderReadsOn(t *testing.T) {
 }
 
 // TestPayloadDeadlineFailsAStalledPayload: a payload that stops coming
-// fails at the deadline instead of holding the region.
+// fails at the deadline instead of holding the region, small (read
+// through the buffer) or large (read in place, with readv where there
+// is one).
 func TestPayloadDeadlineFailsAStalledPayload(t *testing.T) {
-	cli, srv := tcpPair(t)
-	if _, err := cli.Write([]byte("part")); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(srv)
-	var d connDeadlines
-	d.armRead(srv, 50*time.Millisecond)
-	_, err := io.ReadFull(br, make([]byte, 64<<10))
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("a stalled payload read ended with %v, want the deadline", err)
+	for _, size := range []int{100, 64 << 10} {
+		cli, srv := tcpPair(t)
+		if _, err := cli.Write([]byte("part")); err != nil {
+			t.Fatal(err)
+		}
+		fr := newFrameReader(srv)
+		var d connDeadlines
+		d.armRead(srv, 50*time.Millisecond)
+		n, err := fr.payload(make([]byte, size))
+		if !errors.Is(err, os.ErrDeadlineExceeded) || n != 4 {
+			t.Fatalf("a stalled %d-byte payload read ended after %d bytes with %v, want 4 and the deadline", size, n, err)
+		}
 	}
 }
 
