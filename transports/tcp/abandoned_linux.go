@@ -4,7 +4,6 @@ package tcp
 
 import (
 	"net"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,12 +29,8 @@ func peerReset(nc net.Conn) bool {
 
 // tcpState is nc's TCP state (TCP_INFO), ok false when unknown.
 func tcpState(nc net.Conn) (state uint8, ok bool) {
-	sc, isSC := nc.(syscall.Conn)
-	if !isSC {
-		return 0, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(nc)
+	if rc == nil {
 		return 0, false
 	}
 	rc.Control(func(fd uintptr) {

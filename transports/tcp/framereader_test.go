@@ -38,6 +38,13 @@ func pipePair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
+// connPairs: a frameReader reads a socket with readv where there is one,
+// anything else with plain reads.
+var connPairs = []struct {
+	name string
+	pair func(*testing.T) (net.Conn, net.Conn)
+}{{"socket", tcpPair}, {"pipe", pipePair}}
+
 // TestFrameReaderReadsEveryFrame: mixed sizes (empty, small, around the
 // buffer's half and whole size, large), sent in pieces of random sizes,
 // come out whole and in order, over a socket (readv) and over a pipe
@@ -46,10 +53,7 @@ func TestFrameReaderReadsEveryFrame(t *testing.T) {
 	sizes := []int{0, 1, 100, 4 << 10, readBufferSize/2 - 1, readBufferSize / 2, readBufferSize - 1, readBufferSize,
 		readBufferSize + 1, 64 << 10, 3, 1 << 20, 0, 64<<10 + 5, 7, 7, 7, readBufferSize * 3, 100}
 	stream, payloads := frameStream(sizes)
-	for _, c := range []struct {
-		name string
-		pair func(*testing.T) (net.Conn, net.Conn)
-	}{{"socket", tcpPair}, {"pipe", pipePair}} {
+	for _, c := range connPairs {
 		t.Run(c.name, func(t *testing.T) {
 			cli, srv := c.pair(t)
 			go func() {
@@ -103,10 +107,7 @@ func TestFrameReaderReadsEveryFrame(t *testing.T) {
 // payload, the next header is read without the next payload's start (it
 // would be copied twice); small frames still share the buffer's reads.
 func TestFrameReaderKeepsLargePayloadsOutOfTheBuffer(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		pair func(*testing.T) (net.Conn, net.Conn)
-	}{{"socket", tcpPair}, {"pipe", pipePair}} {
+	for _, c := range connPairs {
 		t.Run(c.name, func(t *testing.T) {
 			cli, srv := c.pair(t)
 			stream, _ := frameStream([]int{64 << 10, 64 << 10, 100, 100, 100})

@@ -29,12 +29,8 @@ type vectorReader struct {
 
 // newVectorReader is nil when nc is not a socket it can read itself.
 func newVectorReader(nc net.Conn) *vectorReader {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(nc)
+	if rc == nil {
 		return nil
 	}
 	v := &vectorReader{rc: rc}

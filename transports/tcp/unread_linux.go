@@ -11,12 +11,8 @@ import (
 
 // unreadBytes is how many bytes wait unread in nc's socket (FIONREAD, alias TIOCINQ).
 func unreadBytes(nc net.Conn) int {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return 0
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(nc)
+	if rc == nil {
 		return 0
 	}
 	n := 0
@@ -26,12 +22,8 @@ func unreadBytes(nc net.Conn) int {
 
 // acceptPending reports whether ln's accept queue holds a connection.
 func acceptPending(ln net.Listener) bool {
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(ln)
+	if rc == nil {
 		return false
 	}
 	ready := false
