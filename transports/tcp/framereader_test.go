@@ -171,3 +171,74 @@ func TestFrameReaderTruncatedPayload(t *testing.T) {
 		t.Fatalf("header from a closed peer: %v, want io.EOF", err)
 	}
 }
+
+// chunkedConn hands out a byte stream in pieces of sizes it is given
+// (at least one byte each), as a socket hands out what has arrived; it
+// is not a socket, so the frameReader reads it with plain reads.
+type chunkedConn struct {
+	net.Conn // nil: only Read is used
+	data     []byte
+	pieces   []byte
+}
+
+func (c *chunkedConn) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(c.data)
+	if len(c.pieces) > 0 {
+		n = 1 + int(c.pieces[0])*int(c.pieces[0])*4 // 1 byte to 256 KiB
+		c.pieces = c.pieces[1:]
+	}
+	n = min(n, len(p), len(c.data))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// FuzzFrameReader: frames of sizes the input picks, arriving in pieces
+// the input picks, come out whole and in order whether their payloads
+// are read or discarded, and the stream's end is io.EOF at a header.
+func FuzzFrameReader(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0x40, 0, 0, 0x10, 0xff}, []byte{3, 200, 1, 0, 90})
+	f.Add([]byte{0xff, 0xff, 0, 0, 0x3f, 0xff, 0x40, 0x01}, []byte{})
+	f.Add([]byte{0x20, 0x00, 0x20, 0x00, 0x20, 0x00}, []byte{64, 64, 64, 64, 64, 64, 64})
+	f.Fuzz(func(t *testing.T, spec, pieces []byte) {
+		var sizes []int
+		var skip []bool
+		for i := 0; i+1 < len(spec) && len(sizes) < 24; i += 2 {
+			n := int(spec[i]&0x7f)<<8 | int(spec[i+1]) // up to 32 KiB - 1, ...
+			if spec[i]&0x80 != 0 {
+				n *= 3 // ... or up to 96 KiB
+			}
+			sizes = append(sizes, n)
+			skip = append(skip, spec[i+1]&1 == 1)
+		}
+		stream, payloads := frameStream(sizes)
+		fr := newFrameReader(&chunkedConn{data: stream, pieces: pieces})
+		for i, want := range payloads {
+			var hb [wire.HeaderSize]byte
+			if _, err := fr.header(hb[:]); err != nil {
+				t.Fatalf("frame %d: header: %v", i, err)
+			}
+			var h wire.Header
+			if err := h.Decode(hb[:]); err != nil || h.ReqID != uint64(i+1) || h.Length != uint64(len(want)) {
+				t.Fatalf("frame %d: header %+v, %v; want request %d, %d bytes", i, h, err, i+1, len(want))
+			}
+			if skip[i] {
+				if err := fr.discard(h.Length); err != nil {
+					t.Fatalf("frame %d: discard: %v", i, err)
+				}
+				continue
+			}
+			got := make([]byte, len(want))
+			if _, err := fr.payload(got); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("frame %d (%d bytes): payload differs or %v", i, len(want), err)
+			}
+		}
+		var hb [wire.HeaderSize]byte
+		if n, err := fr.header(hb[:]); n != 0 || !errors.Is(err, io.EOF) {
+			t.Fatalf("after the last frame: %d bytes, %v; want io.EOF", n, err)
+		}
+	})
+}
