@@ -32,7 +32,7 @@ func frameStream(sizes []int) (wireBytes []byte, payloads [][]byte) {
 
 // pipePair is an in-memory connection pair: not a socket, so the
 // frameReader falls back to plain reads.
-func pipePair(t *testing.T) (a, b net.Conn) {
+func pipePair(t testing.TB) (a, b net.Conn) {
 	a, b = net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
@@ -42,7 +42,7 @@ func pipePair(t *testing.T) (a, b net.Conn) {
 // anything else with plain reads.
 var connPairs = []struct {
 	name string
-	pair func(*testing.T) (net.Conn, net.Conn)
+	pair func(testing.TB) (net.Conn, net.Conn)
 }{{"socket", tcpPair}, {"pipe", pipePair}}
 
 // TestFrameReaderReadsEveryFrame: mixed sizes (empty, small, around the

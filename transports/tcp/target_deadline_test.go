@@ -9,7 +9,7 @@ import (
 )
 
 // tcpPair is a connected loopback pair.
-func tcpPair(t *testing.T) (a, b net.Conn) {
+func tcpPair(t testing.TB) (a, b net.Conn) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
