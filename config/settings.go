@@ -213,6 +213,7 @@ var internalEnv = map[string]bool{
 	"KVCONNECT_PLUGIN_CPUPROFILE": true,
 	"KVCONNECT_RING_HOST_SPIN":    true,
 	"KVCONNECT_RING_PLUGIN_SPIN":  true,
+	"KVCONNECT_TCP_SPIN":          true,
 	// Read by transports (the rdma transport's test-only tcp lanes).
 	"KVCONNECT_ALLOW_TESTING_OPTIONS": true,
 	// Read by tests and make bench: where Mooncake's binaries are.

@@ -13,11 +13,12 @@ import (
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
+	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
 // A worker that just published a completion spins on the submission
 // queue for the host's next batch, for about twice the host's typical
-// think time (learned: ring.Adapt, at most maxWorkerSpin), before it
+// think time (learned: spin.Adapt, at most maxWorkerSpin), before it
 // leaves: back-to-back batches then cost no wake-up and no goroutine. It
 // does not spin when the host's poller was asleep: the host needs a
 // wake-up before it can submit again, and the processor is better left
@@ -53,14 +54,14 @@ type ringServer struct {
 	kinds ring.Kinds
 	// gap learns the host's think time: from a completion to the next
 	// submission, for the workers' spin.
-	gap      *ring.Adapt
+	gap      *spin.Adapt
 	lastPost atomic.Int64 // unix ns of the last completion
 	// counts, for the debug log at stop
 	bySleeper, bySpinner, byStandby, spinMisses, inline atomic.Int64
 	// concurrentUntil (unix ns): until then the sleeper starts a worker
 	// per batch rather than run a lone one itself (alone).
 	concurrentUntil atomic.Int64
-	transferTime    ring.Adapt // Transfer's duration
+	transferTime    spin.Adapt // Transfer's duration
 
 	claimMu sync.Mutex
 	head    uint32        // next SQ entry to claim; guarded by claimMu
@@ -94,7 +95,7 @@ type job struct {
 
 func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string) *ringServer {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &ringServer{impl: impl, log: log, seg: seg, r: r, l: r.Layout(), kinds: ring.NewKinds(kinds), gap: ring.NewAdapt(ring.EnvPluginSpin, maxWorkerSpin),
+	s := &ringServer{impl: impl, log: log, seg: seg, r: r, l: r.Layout(), kinds: ring.NewKinds(kinds), gap: spin.NewAdapt(ring.EnvPluginSpin, maxWorkerSpin),
 		running: map[uint64]context.CancelFunc{}, ctx: ctx, cancel: cancel}
 	s.head = r.Load(ring.SQHead)
 	s.seen.Store(s.head)
@@ -284,7 +285,7 @@ func (s *ringServer) serve(j job, inline bool) {
 			budget = 0
 		}
 		jobs := buf[:0]
-		sp := ring.NewSpinner(budget, s.gap)
+		sp := spin.New(budget, s.gap)
 		for sp.Spin() && !s.stopping.Load() {
 			if s.r.Load(ring.SQTail) != s.seen.Load() {
 				if jobs = s.claim(jobs); len(jobs) > 0 {

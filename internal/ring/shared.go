@@ -3,8 +3,6 @@ package ring
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -158,57 +156,6 @@ func (s *Shared) NotifyCQ() {
 	}
 }
 
-// Spinner is a bounded busy wait: Spin reports whether to keep spinning,
-// yielding the processor now and then so other goroutines run. When it
-// finds it was descheduled it stops. Its Adapt, if any, learns how many
-// spins were: call Done after the loop. The zero value is unusable; make
-// one with NewSpinner or SpinUntil.
-type Spinner struct {
-	until     time.Time
-	last      time.Time
-	a         *Adapt
-	n         int
-	preempted bool
-}
-
-// NewSpinner spins for d; a (may be nil) learns of preemptions.
-func NewSpinner(d time.Duration, a *Adapt) Spinner {
-	now := time.Now()
-	return Spinner{until: now.Add(d), last: now, a: a}
-}
-
-// SpinUntil spins until t; a (may be nil) learns of preemptions.
-func SpinUntil(t time.Time, a *Adapt) Spinner { return Spinner{until: t, last: time.Now(), a: a} }
-
-// Spin reports whether the spin budget lasts; call it once per check.
-// It reads the clock every 128 checks and yields the processor to other
-// goroutines every 2048 (a few microseconds of checking: a yield costs
-// about a microsecond itself).
-func (sp *Spinner) Spin() bool {
-	sp.n++
-	if sp.n%128 != 0 {
-		return true
-	}
-	if sp.n%2048 == 0 {
-		runtime.Gosched()
-	}
-	now := time.Now()
-	if now.Sub(sp.last) > preemptedAfter {
-		sp.preempted = true
-		return false
-	}
-	sp.last = now
-	return now.Before(sp.until)
-}
-
-// Done ends a spin that had a budget, telling its Adapt whether it was
-// preempted.
-func (sp *Spinner) Done() {
-	if sp.a != nil && sp.until.After(sp.last) {
-		sp.a.spun(sp.preempted)
-	}
-}
-
 // Sleep waits, without spinning, until w differs from seen, someone calls
 // Wake(w), timeout passes (when > 0), or done reports true: it raises
 // idle, looks at w and done once more, then sleeps on the futex.
@@ -232,22 +179,8 @@ func (s *Shared) Await(w Word, seen uint32, timeout time.Duration) {
 	futexWait(s.word(w), seen, timeout)
 }
 
-// SpinFor is the spin budget named by environment variable env (a Go
-// duration, "0" for none), or def when it is unset or malformed: a
-// tuning knob for measurements (docs/DATAPATH.md).
-func SpinFor(env string, def time.Duration) time.Duration {
-	v := os.Getenv(env)
-	if v == "0" {
-		return 0
-	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return d
-	}
-	return def
-}
-
-// Tuning knobs (environment variables) fixing the spin budgets: a Go
-// duration, or 0 for no spinning.
+// Tuning knobs (environment variables) fixing the spin budgets
+// (spin.NewAdapt): a Go duration, or 0 for no spinning.
 const (
 	EnvHostSpin   = "KVCONNECT_RING_HOST_SPIN"
 	EnvPluginSpin = "KVCONNECT_RING_PLUGIN_SPIN"

@@ -18,11 +18,12 @@ import (
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
 	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
+	"github.com/kvconnect/kvconnect/internal/spin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
 // The goroutine polling the completion queue spins for about twice the
-// batches' typical round trip (learned: ring.Adapt), up to maxPollSpin,
+// batches' typical round trip (learned: spin.Adapt), up to maxPollSpin,
 // before it sleeps on the CQ's futex, so the plugin rarely needs to wake
 // the host; for batches longer than that it hardly spins. It always
 // spins at least pollSpin.
@@ -73,7 +74,7 @@ type ringClient struct {
 	maxOps int
 	// crashed explains a plugin process that went away (nil in memory).
 	crashed func() (string, error)
-	rtt     *ring.Adapt // batches' round trips, for the poller's spin
+	rtt     *spin.Adapt // batches' round trips, for the poller's spin
 	stats   ringStats
 
 	subMu  sync.Mutex
@@ -155,7 +156,7 @@ func (c *grpcClient) openRing(ctx context.Context) {
 		return
 	}
 	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
-		crashed: c.crashed, rtt: ring.NewAdapt(ring.EnvHostSpin, maxPollSpin), used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
+		crashed: c.crashed, rtt: spin.NewAdapt(ring.EnvHostSpin, maxPollSpin), used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
 		space: make(chan struct{}), dead: make(chan struct{}), stopped: make(chan struct{})}
 	c.ring.Store(rc)
 	go rc.watch(c.exited)
@@ -497,7 +498,7 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 		} else if budget == 0 {
 			until = time.Time{}
 		}
-		sp := ring.SpinUntil(until, rc.rtt)
+		sp := spin.Until(until, rc.rtt)
 		for rc.r.Load(ring.CQTail) == seen && sp.Spin() {
 		}
 		sp.Done()

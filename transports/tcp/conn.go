@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/kvconnect/kvconnect/internal/spin"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
@@ -149,6 +152,14 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 // takes over (the chunk stays outstanding, as any other a caller gave up
 // on); when it ends mid-response, the connection breaks.
 func (c *conn) readOwn(ctx context.Context) {
+	// Spin for the response first (lonespin.go), never past ctx's
+	// deadline; ctx's end stops the spin (set up before the hook below,
+	// which may run at once).
+	start := time.Now()
+	if budget := c.p.rtt.Budget(); budget > 0 {
+		c.fr.spinUntil, c.fr.spinner, c.fr.spun = spinEnd(ctx, start, budget), c.p.rtt, notSpun
+		c.fr.spinStop.Store(false)
+	}
 	if d, ok := ctx.Deadline(); ok {
 		c.nc.SetReadDeadline(d)
 	}
@@ -157,11 +168,23 @@ func (c *conn) readOwn(ctx context.Context) {
 	if ctx.Done() != nil {
 		fired = make(chan struct{})
 		stop = context.AfterFunc(ctx, func() {
+			c.fr.spinStop.Store(true)
 			c.nc.SetReadDeadline(time.Unix(1, 0))
 			close(fired)
 		})
 	}
 	_, _, err := c.readOne(false)
+	c.fr.spinUntil = time.Time{}
+	if err == nil {
+		c.p.rtt.Observe(time.Since(start))
+	}
+	switch c.fr.spun {
+	case spunCaught:
+		c.p.lone.caught.Add(1)
+	case spunSlept:
+		c.p.lone.slept.Add(1)
+	}
+	c.fr.spun = notSpun
 	if !stop() {
 		<-fired
 	}
@@ -422,6 +445,11 @@ type peer struct {
 	dialErr   error     // the last failed dial
 	dialErrAt time.Time // when it failed; redials wait redialBackoff after it
 	rr        atomic.Uint32
+
+	// rtt learns how long a lone small op's response takes, to spin for
+	// it (readOwn).
+	rtt  *spin.Adapt
+	lone struct{ caught, slept atomic.Uint64 } // lone ops whose response came while spinning, or after a sleep
 }
 
 // redialBackoff is how long after a failed dial a peer's broken slots fail
@@ -433,7 +461,7 @@ func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 	if name == "" {
 		name = addr
 	}
-	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections,
+	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections, rtt: spin.NewAdapt(EnvLoneSpin, maxLoneSpin),
 		conns: make([]*conn, t.opts.Connections), redial: make([]sync.Mutex, t.opts.Connections)}
 }
 
@@ -567,6 +595,10 @@ func (p *peer) close(err error) {
 	p.mu.Lock()
 	if p.closed == nil {
 		p.closed = err
+		if caught, slept := p.lone.caught.Load(), p.lone.slept.Load(); caught+slept > 0 {
+			p.t.log.Debug("tcp: lone ops' responses", zap.String("peer", p.name), zap.Uint64("caught_spinning", caught),
+				zap.Uint64("after_sleeping", slept), zap.Duration("typical_answer", p.rtt.Mean()))
+		}
 	}
 	conns := p.conns
 	p.conns = make([]*conn, len(conns))

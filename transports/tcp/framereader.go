@@ -4,7 +4,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
+	"time"
 
+	"github.com/kvconnect/kvconnect/internal/spin"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
@@ -37,7 +40,24 @@ type frameReader struct {
 	// direct: the last payload was at least a buffer large, so the next
 	// header's missing bytes are read exactly.
 	direct bool
+	// spinUntil, when set, makes the next read of the socket poll it
+	// without sleeping until then (spinner learns of preemptions): the
+	// holder of a lone small op's read side sets it (readOwn).
+	spinUntil time.Time
+	spinner   *spin.Adapt
+	spinStop  atomic.Bool // set: a spin in progress ends (the holder gave up)
+	// spun says how the last read that spun ended: caught (input came
+	// while it spun) or slept (it waited in the poller after).
+	spun spinOutcome
 }
+
+type spinOutcome int
+
+const (
+	notSpun spinOutcome = iota
+	spunCaught
+	spunSlept
+)
 
 func newFrameReader(nc net.Conn) *frameReader {
 	return &frameReader{nc: nc, rv: newVectorReader(nc), buf: make([]byte, readBufferSize)}
@@ -62,7 +82,7 @@ func (fr *frameReader) fill() error {
 		fr.r = 0
 	}
 	for range 100 {
-		n, err := fr.nc.Read(fr.buf[fr.w:])
+		n, err := fr.read(fr.buf[fr.w:])
 		fr.w += n
 		if n > 0 {
 			return nil // an error with data comes back on the next read
@@ -74,6 +94,21 @@ func (fr *frameReader) fill() error {
 	return io.ErrNoProgress
 }
 
+// read is one read of the socket, spinning first if spinUntil asks.
+func (fr *frameReader) read(p []byte) (int, error) {
+	if fr.spinUntil.IsZero() || fr.rv == nil {
+		return fr.nc.Read(p)
+	}
+	until := fr.spinUntil
+	fr.spinUntil = time.Time{}
+	n, slept, err := fr.rv.readSpin(p, spin.Until(until, fr.spinner), &fr.spinStop)
+	fr.spun = spunCaught
+	if slept {
+		fr.spun = spunSlept
+	}
+	return n, err
+}
+
 // Read reads header bytes (use it through io.ReadFull): buffered ones,
 // else what the socket holds (exactly what p asks after a large
 // payload).
@@ -83,7 +118,7 @@ func (fr *frameReader) Read(p []byte) (int, error) {
 	}
 	if fr.Buffered() == 0 {
 		if fr.direct {
-			return fr.nc.Read(p)
+			return fr.read(p)
 		}
 		if err := fr.fill(); err != nil {
 			return 0, err

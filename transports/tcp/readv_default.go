@@ -5,6 +5,9 @@ package tcp
 import (
 	"errors"
 	"net"
+	"sync/atomic"
+
+	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
 // vectorReadsHere: this platform reads frames with plain reads.
@@ -19,4 +22,8 @@ func newVectorReader(net.Conn) *vectorReader { return nil }
 
 func (*vectorReader) read(a, b []byte) (int, int, error) {
 	return 0, 0, errors.New("tcp: no readv on this platform")
+}
+
+func (*vectorReader) readSpin([]byte, spin.Spinner, *atomic.Bool) (int, bool, error) {
+	return 0, false, errors.New("tcp: no readv on this platform")
 }

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
 // vectorReadsHere: this platform reads a frame's payload and the next
@@ -20,11 +23,16 @@ const vectorReadsHere = true
 // waiting in the runtime's network poller like net.Conn.Read (deadlines
 // included). One goroutine at a time uses it.
 type vectorReader struct {
-	rc    syscall.RawConn
-	iov   [2]unix.Iovec
-	n     int
-	errno syscall.Errno
-	fn    func(fd uintptr) bool // do, bound once (no allocation per read)
+	rc       syscall.RawConn
+	iov      [2]unix.Iovec
+	n        int
+	errno    syscall.Errno
+	fn       func(fd uintptr) bool // do, bound once (no allocation per read)
+	cnt      uintptr               // iovecs in use
+	sp       spin.Spinner          // while spinning, EAGAIN is retried while sp spins
+	spinning bool
+	slept    bool         // the last readSpin waited in the poller
+	stop     *atomic.Bool // while spinning: true ends the spin
 }
 
 // newVectorReader is nil when nc is not a socket it can read itself.
@@ -45,6 +53,7 @@ func (v *vectorReader) read(a, b []byte) (na, nb int, err error) {
 	v.iov[0].SetLen(len(a))
 	v.iov[1].SetLen(len(b))
 	v.n, v.errno = 0, 0
+	v.cnt = 2
 	err = v.rc.Read(v.fn)
 	v.iov[0].Base, v.iov[1].Base = nil, nil // hold no caller memory
 	if err == nil && v.errno != 0 {
@@ -63,14 +72,54 @@ func (v *vectorReader) read(a, b []byte) (na, nb int, err error) {
 // do is the poller's callback: false asks it to wait for input.
 func (v *vectorReader) do(fd uintptr) bool {
 	for {
-		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), 2)
+		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), v.cnt)
 		if e == unix.EINTR {
 			continue
 		}
 		if e == unix.EAGAIN {
+			if v.spinning {
+				if !v.stop.Load() && v.sp.SpinSlow() {
+					continue
+				}
+				v.sp.Done()
+				v.spinning, v.slept = false, true
+			}
 			return false
 		}
 		v.n, v.errno = int(n), e
+		if v.spinning {
+			v.sp.Done()
+			v.spinning = false
+		}
 		return true
 	}
+}
+
+// readSpin reads what the socket holds into a (at least one byte),
+// like read, but polls the socket while sp spins before it waits in the
+// runtime's poller: a response due within microseconds then costs no
+// sleep and no wake-up (conn.readOwn). The spin cannot see nc's read
+// deadline: the caller bounds sp by it, and stop (set by whoever would
+// move the deadline) ends the spin early. slept says the spin ended
+// without input and the read waited in the poller.
+func (v *vectorReader) readSpin(a []byte, sp spin.Spinner, stop *atomic.Bool) (n int, slept bool, err error) {
+	v.iov[0].Base = &a[0]
+	v.iov[0].SetLen(len(a))
+	v.n, v.errno, v.cnt, v.sp, v.spinning, v.slept, v.stop = 0, 0, 1, sp, true, false, stop
+	err = v.rc.Read(v.fn)
+	if v.spinning { // the poller gave up (deadline, close) before a read
+		v.sp.Done()
+		v.spinning, v.slept = false, true
+	}
+	v.iov[0].Base, v.stop = nil, nil
+	if err == nil && v.errno != 0 {
+		err = os.NewSyscallError("readv", v.errno)
+	}
+	if err != nil {
+		return 0, v.slept, err
+	}
+	if v.n == 0 {
+		return 0, v.slept, io.EOF
+	}
+	return v.n, v.slept, nil
 }

@@ -1,4 +1,4 @@
-package ring
+package spin
 
 import (
 	"sync/atomic"
@@ -88,12 +88,19 @@ func (a *Adapt) Budget() time.Duration {
 // variable env may fix: a Go duration, or 0 for no spinning.
 func NewAdapt(env string, max time.Duration) *Adapt {
 	a := &Adapt{Max: max}
-	if d := SpinFor(env, -1); d > 0 {
+	if d := For(env, -1); d > 0 {
 		a.Fixed = d
 	} else if d == 0 {
 		a.Fixed = -1
 	}
 	return a
+}
+
+// Window is what the current window of spins holds so far: how many
+// ended before their budget, and how many of those because the spinner
+// was descheduled (diagnostics and tests).
+func (a *Adapt) Window() (spins, preempted int32) {
+	return a.spins.Load(), a.preempts.Load()
 }
 
 // spun records the end of one spin, preempted or not, and updates

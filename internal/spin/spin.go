@@ -1,0 +1,96 @@
+// Package spin holds bounded busy waits and the budgets that size them:
+// a Spinner waits for something another thread or process will do
+// without sleeping, for a while, and an Adapt learns how long such waits
+// last, to spin a little longer than a typical one and not at all when
+// spinning only takes a processor from whoever would end the wait.
+// The shared-memory rings (internal/ring's users) and the tcp
+// transport's lone small op use them.
+package spin
+
+import (
+	"os"
+	"runtime"
+	"time"
+)
+
+// Spinner is a bounded busy wait: Spin reports whether to keep spinning,
+// yielding the processor now and then so other goroutines run. When it
+// finds it was descheduled it stops. Its Adapt, if any, learns how many
+// spins were: call Done after the loop. The zero value is unusable; make
+// one with NewSpinner or SpinUntil.
+type Spinner struct {
+	until     time.Time
+	last      time.Time
+	a         *Adapt
+	n         int
+	preempted bool
+}
+
+// New spins for d; a (may be nil) learns of preemptions.
+func New(d time.Duration, a *Adapt) Spinner {
+	now := time.Now()
+	return Spinner{until: now.Add(d), last: now, a: a}
+}
+
+// Until spins until t; a (may be nil) learns of preemptions.
+func Until(t time.Time, a *Adapt) Spinner { return Spinner{until: t, last: time.Now(), a: a} }
+
+// Spin reports whether the spin budget lasts; call it once per check.
+// It reads the clock every 128 checks and yields the processor to other
+// goroutines every 2048 (a few microseconds of checking: a yield costs
+// about a microsecond itself).
+func (sp *Spinner) Spin() bool {
+	sp.n++
+	if sp.n%128 != 0 {
+		return true
+	}
+	if sp.n%2048 == 0 {
+		runtime.Gosched()
+	}
+	now := time.Now()
+	if now.Sub(sp.last) > preemptedAfter {
+		sp.preempted = true
+		return false
+	}
+	sp.last = now
+	return now.Before(sp.until)
+}
+
+// SpinSlow is Spin for loops whose every check is costly (a system
+// call, say): it reads the clock at each check and yields the processor
+// every 16.
+func (sp *Spinner) SpinSlow() bool {
+	sp.n++
+	if sp.n%16 == 0 {
+		runtime.Gosched()
+	}
+	now := time.Now()
+	if now.Sub(sp.last) > preemptedAfter {
+		sp.preempted = true
+		return false
+	}
+	sp.last = now
+	return now.Before(sp.until)
+}
+
+// Done ends a spin that had a budget, telling its Adapt whether it was
+// preempted.
+func (sp *Spinner) Done() {
+	if sp.a != nil && sp.until.After(sp.last) {
+		sp.a.spun(sp.preempted)
+	}
+}
+
+// For is the spin budget named by environment variable env (a Go
+// duration, "0" for none), or def when it is unset or malformed: a
+// tuning knob for measurements (docs/DATAPATH.md).
+func For(env string, def time.Duration) time.Duration {
+	v := os.Getenv(env)
+	if v == "0" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}

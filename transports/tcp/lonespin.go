@@ -1,0 +1,35 @@
+package tcp
+
+import (
+	"context"
+	"time"
+)
+
+// A caller whose lone small op is the only request on its connection
+// reads the response itself (conn.readOwn), and first polls the socket
+// without sleeping for about twice the peer's typical answer time
+// (learned per peer: spin.Adapt), at most maxLoneSpin, before it waits
+// in the runtime's poller. Sleeping there costs a wake-up when the
+// answer comes, and on a virtual machine whose idle processor halts
+// that wake-up can cost more than the round trip: 4 KiB single WRITE,
+// nodes in two processes, Intel Xeon VM, p50 44–53 µs sleeping against
+// 16–31 µs polling (docs/DATAPATH.md, sixth round). Spinning stops when
+// the spinner finds it was descheduled (the processor is wanted
+// elsewhere), and stays off while that keeps happening, but for a probe
+// now and then. Only lone ops spin: a batch's responses are read by the
+// connection's reader goroutine, which has others to wake.
+const maxLoneSpin = 100 * time.Microsecond
+
+// EnvLoneSpin is the tuning knob fixing the lone op's spin: a Go
+// duration, or 0 for none (a measurement aid, like the rings' knobs).
+const EnvLoneSpin = "KVCONNECT_TCP_SPIN"
+
+// spinEnd is when a lone op's spin that starts at start with budget ends:
+// never past ctx's deadline (the spin cannot see the socket's).
+func spinEnd(ctx context.Context, start time.Time, budget time.Duration) time.Time {
+	until := start.Add(budget)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		return d
+	}
+	return until
+}
