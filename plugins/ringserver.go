@@ -94,7 +94,9 @@ type job struct {
 }
 
 func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string) *ringServer {
-	ctx, cancel := context.WithCancel(context.Background())
+	// The host's poller spins for each batch's completion: transports
+	// need not spin for their peers too (CompletionPolled).
+	ctx, cancel := context.WithCancel(WithCompletionPolled(context.Background()))
 	s := &ringServer{impl: impl, log: log, seg: seg, r: r, l: r.Layout(), kinds: ring.NewKinds(kinds), gap: spin.NewAdapt(ring.EnvPluginSpin, maxWorkerSpin),
 		running: map[uint64]context.CancelFunc{}, ctx: ctx, cancel: cancel}
 	s.head = r.Load(ring.SQHead)

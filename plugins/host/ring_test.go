@@ -144,6 +144,48 @@ func TestRingCarriesBatches(t *testing.T) {
 	}
 }
 
+// pollMarkTransport records whether each batch's context said its
+// completion is polled.
+type pollMarkTransport struct {
+	memTransport
+	polled chan bool
+}
+
+func (p *pollMarkTransport) Transfer(ctx context.Context, _ plugins.PeerID, _ []plugins.Op, res []plugins.OpResult) error {
+	p.polled <- plugins.CompletionPolled(ctx)
+	plugins.FillResults(res, nil)
+	return nil
+}
+
+// TestRingBatchesSayTheyArePolled: a batch that came through a ring
+// tells the transport that the host polls for its completion (so the
+// transport need not spin too); one that came as a Transfer call does
+// not.
+func TestRingBatchesSayTheyArePolled(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	for _, rings := range []string{"", "0"} {
+		t.Setenv(pluginrpc.EnvRings, rings)
+		tr := &pollMarkTransport{polled: make(chan bool, 1)}
+		p, err := InMemory(tr, "ringtest", zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := p.(*inMemory)
+		if _, err := m.Init(context.Background(), plugins.InitRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Transfer(context.Background(), 1, ops(1), make([]plugins.OpResult, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := <-tr.polled, rings == ""; got != want {
+			t.Errorf("rings %q (ring in use: %v): the batch's context says polled %v, want %v", rings, m.ring.Load() != nil, got, want)
+		}
+		p.Close(context.Background())
+	}
+}
+
 // TestRingsTurnedOff: with KVCONNECT_PLUGIN_RINGS=0 every batch is a
 // Transfer call, and works.
 func TestRingsTurnedOff(t *testing.T) {

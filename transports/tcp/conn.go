@@ -153,10 +153,11 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 // on); when it ends mid-response, the connection breaks.
 func (c *conn) readOwn(ctx context.Context) {
 	// Spin for the response first (lonespin.go), never past ctx's
-	// deadline; ctx's end stops the spin (set up before the hook below,
-	// which may run at once).
+	// deadline, and not when the batch's completion is polled already;
+	// ctx's end stops the spin (set up before the hook below, which may
+	// run at once).
 	start := time.Now()
-	if budget := c.p.rtt.Budget(); budget > 0 {
+	if budget := c.p.rtt.Budget(); budget > 0 && !plugins.CompletionPolled(ctx) {
 		c.fr.spinUntil, c.fr.spinner, c.fr.spun = spinEnd(ctx, start, budget), c.p.rtt, notSpun
 		c.fr.spinStop.Store(false)
 	}

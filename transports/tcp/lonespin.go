@@ -17,7 +17,11 @@ import (
 // the spinner finds it was descheduled (the processor is wanted
 // elsewhere), and stays off while that keeps happening, but for a probe
 // now and then. Only lone ops spin: a batch's responses are read by the
-// connection's reader goroutine, which has others to wake.
+// connection's reader goroutine, which has others to wake. Nor do the
+// ops of a batch whose completion the plugin host polls already
+// (plugins.CompletionPolled: the transport running as a plugin, its
+// batches coming through a ring): two spinners for one op take both
+// processors of a small machine, and the peer waits for one.
 const maxLoneSpin = 100 * time.Microsecond
 
 // EnvLoneSpin is the tuning knob fixing the lone op's spin: a Go

@@ -92,18 +92,21 @@ func TestSpinEnd(t *testing.T) {
 
 // TestLoneOpsSpin: a lone small op's response is read by a spinning read
 // (caught or after a sleep: either way it spun), and with the knob at 0
-// none spins. Batches never do.
+// none spins. Batches never do, nor lone ops whose completion is polled
+// (the transport as a plugin, its batch from a ring).
 func TestLoneOpsSpin(t *testing.T) {
 	for _, tc := range []struct {
 		knob      string
 		batch     int
+		polled    bool // the batch's completion is polled (a ring's batch)
 		wantSpins bool
 	}{
-		{"", 1, true},
-		{"0", 1, false},
-		{"", 8, false},
+		{"", 1, false, true},
+		{"0", 1, false, false},
+		{"", 8, false, false},
+		{"", 1, true, false},
 	} {
-		t.Run(fmt.Sprintf("knob=%q/batch=%d", tc.knob, tc.batch), func(t *testing.T) {
+		t.Run(fmt.Sprintf("knob=%q/batch=%d/polled=%v", tc.knob, tc.batch, tc.polled), func(t *testing.T) {
 			t.Setenv(EnvLoneSpin, tc.knob)
 			h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return New() }, Options: []byte(`{"connections":1}`)}
 			a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
@@ -114,8 +117,15 @@ func TestLoneOpsSpin(t *testing.T) {
 				ops[i] = plugins.Op{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, RemoteOffset: uint64(i) * 4096, Length: 4096}
 			}
 			const rounds = 20
+			ctx := context.Background()
+			if tc.polled {
+				ctx = plugins.WithCompletionPolled(ctx)
+			}
+			res := make([]plugins.OpResult, len(ops))
 			for range rounds {
-				a.MustTransfer(t, peer, ops)
+				if err := a.T.Transfer(ctx, peer, ops, res); err != nil || res[0].Err != nil {
+					t.Fatalf("transfer: %v / %v", err, res[0].Err)
+				}
 			}
 			tr := a.T.(*Transport)
 			tr.mu.Lock()
