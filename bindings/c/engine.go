@@ -15,6 +15,7 @@ import (
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/internal/logging"
+	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
 // engine is one kvc_engine: a shell until initialize brings a node up.
@@ -442,7 +443,9 @@ func (e *engine) transferSync(session string, op int, local, remote, lens []uint
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.transferTimeout(ms, lens))
+	// This goroutine is a call from C, locked to the caller's thread:
+	// whatever waits for the batch on it must not yield (spin.WithoutYield).
+	ctx, cancel := context.WithTimeout(spin.WithoutYield(context.Background()), e.transferTimeout(ms, lens))
 	defer cancel()
 	if err := c.BatchTransferSync(ctx, connector.OpKind(op), session, local, remote, lens); err != nil {
 		return codeErr(codeOf(err), err)

@@ -1,6 +1,7 @@
 package spin
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -113,5 +114,30 @@ func TestSpinSlowEndsAtItsBudget(t *testing.T) {
 	sp.Done()
 	if a.spins.Load() != 1 || a.preempts.Load() != 1 {
 		t.Fatalf("Adapt heard of %d spins, %d preempted; want 1, 1", a.spins.Load(), a.preempts.Load())
+	}
+}
+
+// TestLockedSpinnerNeverYields: a spinner yields its processor every so
+// many checks, but not when its goroutine is locked to its thread.
+func TestLockedSpinnerNeverYields(t *testing.T) {
+	for _, locked := range []bool{false, true} {
+		yields := 0
+		sp := Until(time.Now().Add(time.Hour), nil)
+		sp.yield = func() { yields++ }
+		if locked {
+			sp.Locked()
+		}
+		for range 4 * 2048 {
+			sp.Spin()
+		}
+		for range 64 {
+			sp.SpinSlow()
+		}
+		if locked && yields != 0 || !locked && yields < 4 {
+			t.Errorf("locked %v: %d yields over 8192 checks and 64 slow ones", locked, yields)
+		}
+	}
+	if !MayYield(context.Background()) || MayYield(WithoutYield(context.Background())) {
+		t.Error("WithoutYield's mark is not seen")
 	}
 }

@@ -76,6 +76,7 @@ type ringClient struct {
 	crashed func() (string, error)
 	rtt     *spin.Adapt // batches' round trips, for the poller's spin
 	stats   ringStats
+	yield   func() // runtime.Gosched, but in tests
 
 	subMu  sync.Mutex
 	sqTail uint32
@@ -156,7 +157,7 @@ func (c *grpcClient) openRing(ctx context.Context) {
 		return
 	}
 	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
-		crashed: c.crashed, rtt: spin.NewAdapt(ring.EnvHostSpin, maxPollSpin), used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
+		crashed: c.crashed, rtt: spin.NewAdapt(ring.EnvHostSpin, maxPollSpin), yield: runtime.Gosched, used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
 		space: make(chan struct{}), dead: make(chan struct{}), stopped: make(chan struct{})}
 	c.ring.Store(rc)
 	go rc.watch(c.exited)
@@ -475,6 +476,7 @@ func (rc *ringClient) reap() {
 func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 	stop := context.AfterFunc(ctx, func() { rc.r.Wake(ring.CQTail) })
 	defer stop()
+	yield := spin.MayYield(ctx)
 	over := func() bool {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
@@ -499,6 +501,9 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 			until = time.Time{}
 		}
 		sp := spin.Until(until, rc.rtt)
+		if !yield {
+			sp.Locked()
+		}
 		for rc.r.Load(ring.CQTail) == seen && sp.Spin() {
 		}
 		sp.Done()
@@ -506,8 +511,12 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 			rc.stats.caught.Add(1)
 		} else {
 			rc.stats.slept.Add(1)
-			// Let what is runnable here run before this thread blocks.
-			runtime.Gosched()
+			// Let what is runnable here run before this thread blocks
+			// (unless this goroutine is locked to its thread: then a
+			// yield is two thread hand-offs, spin.WithoutYield).
+			if yield {
+				rc.yield()
+			}
 			rc.r.Sleep(ring.CQTail, seen, ring.CQIdle, func() bool { return ctx.Err() != nil || !rc.usable() }, ringSleep)
 			if rc.r.Load(ring.CQTail) != seen {
 				rc.stats.woken.Add(1)

@@ -26,6 +26,7 @@ import (
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
 	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/shm"
+	"github.com/kvconnect/kvconnect/internal/spin"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
@@ -183,6 +184,41 @@ func TestRingBatchesSayTheyArePolled(t *testing.T) {
 			t.Errorf("rings %q (ring in use: %v): the batch's context says polled %v, want %v", rings, m.ring.Load() != nil, got, want)
 		}
 		p.Close(context.Background())
+	}
+}
+
+// TestRingPollerOnALockedThreadDoesNotYield: the host's poller yields
+// its processor before it sleeps, but not for a caller whose goroutine is
+// locked to its thread (a call from C: spin.WithoutYield), where a yield
+// costs two thread hand-offs.
+func TestRingPollerOnALockedThreadDoesNotYield(t *testing.T) {
+	tr := newBlocking()
+	m := inMemoryRing(t, tr)
+	rc := m.ring.Load()
+	if rc == nil {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	var yields atomic.Int32
+	rc.yield = func() { yields.Add(1); runtime.Gosched() } // before any batch: no race
+	for _, locked := range []bool{false, true} {
+		ctx := context.Background()
+		if locked {
+			ctx = spin.WithoutYield(ctx)
+		}
+		yields.Store(0)
+		slept := rc.stats.slept.Load()
+		done := make(chan error, 1)
+		go func() { done <- m.Transfer(ctx, 7, ops(1), make([]plugins.OpResult, 1)) }()
+		for rc.stats.slept.Load() == slept { // the poller went to sleep at least once
+			time.Sleep(time.Millisecond)
+		}
+		tr.release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := yields.Load(); locked && n != 0 || !locked && n == 0 {
+			t.Errorf("locked %v: the poller yielded %d times before sleeping", locked, n)
+		}
 	}
 }
 

@@ -159,6 +159,7 @@ func (c *conn) readOwn(ctx context.Context) {
 	start := time.Now()
 	if budget := c.p.rtt.Budget(); budget > 0 && !plugins.CompletionPolled(ctx) {
 		c.fr.spinUntil, c.fr.spinner, c.fr.spun = spinEnd(ctx, start, budget), c.p.rtt, notSpun
+		c.fr.spinLock = !spin.MayYield(ctx)
 		c.fr.spinStop.Store(false)
 	}
 	if d, ok := ctx.Deadline(); ok {

@@ -46,6 +46,7 @@ type frameReader struct {
 	spinUntil time.Time
 	spinner   *spin.Adapt
 	spinStop  atomic.Bool // set: a spin in progress ends (the holder gave up)
+	spinLock  bool        // the spinning goroutine is locked to its thread: never yield
 	// spun says how the last read that spun ended: caught (input came
 	// while it spun) or slept (it waited in the poller after).
 	spun spinOutcome
@@ -101,7 +102,11 @@ func (fr *frameReader) read(p []byte) (int, error) {
 	}
 	until := fr.spinUntil
 	fr.spinUntil = time.Time{}
-	n, slept, err := fr.rv.readSpin(p, spin.Until(until, fr.spinner), &fr.spinStop)
+	sp := spin.Until(until, fr.spinner)
+	if fr.spinLock {
+		sp.Locked()
+	}
+	n, slept, err := fr.rv.readSpin(p, sp, &fr.spinStop)
 	fr.spun = spunCaught
 	if slept {
 		fr.spun = spunSlept
