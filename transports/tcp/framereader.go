@@ -34,6 +34,7 @@ import (
 type frameReader struct {
 	nc  net.Conn
 	rv  *vectorReader // nil: no readv here (platform, or nc is not a socket)
+	raw *rawIO        // nil: nc's own Read (platform, or nc is not a socket)
 	buf []byte
 	r   int // buf[r:w] was read from nc and not consumed
 	w   int
@@ -61,7 +62,7 @@ const (
 )
 
 func newFrameReader(nc net.Conn) *frameReader {
-	return &frameReader{nc: nc, rv: newVectorReader(nc), buf: make([]byte, readBufferSize)}
+	return &frameReader{nc: nc, rv: newVectorReader(nc), raw: newRawIO(nc), buf: make([]byte, readBufferSize)}
 }
 
 // Buffered is how many bytes were read from the socket and not yet
@@ -98,6 +99,9 @@ func (fr *frameReader) fill() error {
 // read is one read of the socket, spinning first if spinUntil asks.
 func (fr *frameReader) read(p []byte) (int, error) {
 	if fr.spinUntil.IsZero() || fr.rv == nil {
+		if fr.raw != nil {
+			return fr.raw.Read(p)
+		}
 		return fr.nc.Read(p)
 	}
 	until := fr.spinUntil
@@ -157,7 +161,7 @@ func (fr *frameReader) payload(p []byte) (int, error) {
 		if fr.rv != nil {
 			m, ahead, err = fr.rv.read(rest, fr.buf[:wire.HeaderSize])
 		} else {
-			m, err = fr.nc.Read(rest)
+			m, err = fr.nc.Read(rest) // no readv: nor raw I/O
 		}
 		fr.r, fr.w = 0, ahead
 		n += m

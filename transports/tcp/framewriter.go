@@ -29,6 +29,7 @@ const (
 // carries wire.FlagFlush).
 type frameWriter struct {
 	nc      net.Conn
+	raw     *rawIO // nil: nc's own writev
 	buf     []byte // fixed capacity: slices of it sit in iov until the flush
 	mark    int    // buf[mark:] is not in iov yet
 	iov     [][]byte
@@ -38,7 +39,7 @@ type frameWriter struct {
 }
 
 func newFrameWriter(nc net.Conn) *frameWriter {
-	return &frameWriter{nc: nc, buf: make([]byte, 0, writeBufferSize)}
+	return &frameWriter{nc: nc, raw: newRawIO(nc), buf: make([]byte, 0, writeBufferSize)}
 }
 
 // frame queues a header and its payload. hold, if not nil, is the region
@@ -86,7 +87,11 @@ func (w *frameWriter) flush() error {
 		w.iov = append(w.iov, w.buf[w.mark:])
 	}
 	var err error
-	if len(w.iov) > 0 {
+	switch {
+	case len(w.iov) == 0:
+	case w.raw != nil:
+		err = w.raw.Writev(w.iov)
+	default:
 		w.bufs = w.iov
 		_, err = w.bufs.WriteTo(w.nc)
 	}

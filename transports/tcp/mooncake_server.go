@@ -29,8 +29,15 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 	copy(hb[:], first[:])
 	have := len(first)
 	var sc stateCheck
+	// Raw system calls where the platform has them (rawIO: no runtime
+	// monitor woken per request).
+	var rw io.ReadWriter = tc.nc
+	if r := newRawIO(tc.nc); r != nil {
+		rw = r
+	}
+	tc.rw = rw
 	for {
-		if err := tc.dl.readHeader(tc.nc, tc.nc, hb[have:]); err != nil {
+		if err := tc.dl.readHeader(tc.nc, rw, hb[have:]); err != nil {
 			return // the peer closed (pool off: after each request)
 		}
 		have = 0
@@ -97,7 +104,7 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 		// The payload is read under op_timeout, so a peer that stalls
 		// mid-write cannot hold the region (and a Deregister) forever.
 		tc.dl.armRead(tc.nc, timeout)
-		_, err := io.ReadFull(tc.nc, mem)
+		_, err := io.ReadFull(tc.rw, mem)
 		if err != nil {
 			tc.t.served.op(true, resFailed, h.Size)
 			return false
@@ -105,7 +112,7 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 		tc.t.served.op(true, resCompleted, h.Size) // before the v2 status can reach the initiator
 		if h.V2 {
 			tc.dl.armWrite(tc.nc, timeout)
-			if _, err := tc.nc.Write(sb[:]); err != nil {
+			if _, err := tc.rw.Write(sb[:]); err != nil {
 				return false
 			}
 		}

@@ -21,7 +21,8 @@ const vectorReadsHere = true
 
 // vectorReader reads into two buffers in one readv(2) on a socket,
 // waiting in the runtime's network poller like net.Conn.Read (deadlines
-// included). One goroutine at a time uses it.
+// included). The socket is non-blocking: the call is a raw one (see
+// rawIO). One goroutine at a time uses it.
 type vectorReader struct {
 	rc       syscall.RawConn
 	iov      [2]unix.Iovec
@@ -72,7 +73,7 @@ func (v *vectorReader) read(a, b []byte) (na, nb int, err error) {
 // do is the poller's callback: false asks it to wait for input.
 func (v *vectorReader) do(fd uintptr) bool {
 	for {
-		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), v.cnt)
+		n, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), v.cnt)
 		if e == unix.EINTR {
 			continue
 		}

@@ -26,6 +26,7 @@ type targetConn struct {
 	nc net.Conn
 	mc *mcConn       // its entry in t.order, removed when it is not a Mooncake peer or ends
 	dl connDeadlines // its deadlines; the serving goroutine's
+	rw io.ReadWriter // a Mooncake peer's: nc, or raw I/O on nc (rawIO)
 }
 
 func (t *Transport) acceptLoop(ln net.Listener) {

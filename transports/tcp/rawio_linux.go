@@ -1,0 +1,169 @@
+//go:build linux
+
+package tcp
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawIO reads and writes a socket with raw system calls
+// (unix.RawSyscall), waiting in the runtime's network poller when the
+// socket is not ready (deadlines included), like net.Conn's Read and
+// Write. The socket is non-blocking, so no call blocks; what a raw call
+// saves is the runtime's bookkeeping around a system call, and above all
+// waking its monitor thread (sysmon), which sleeps while the process is
+// idle and is woken by the first system call after: once per request on
+// a target that answers one request at a time. One reader and one
+// writer at a time.
+type rawIO struct {
+	rc       syscall.RawConn
+	rp, wp   []byte
+	rn, wn   int
+	re, we   syscall.Errno
+	rfn, wfn func(fd uintptr) bool
+	iov      []unix.Iovec // Writev's
+	vn       int          // iovecs in use
+	vfn      func(fd uintptr) bool
+}
+
+// newRawIO is nil when nc is not a socket it can use.
+func newRawIO(nc net.Conn) *rawIO {
+	rc := rawConn(nc)
+	if rc == nil {
+		return nil
+	}
+	r := &rawIO{rc: rc}
+	r.rfn, r.wfn, r.vfn = r.doRead, r.doWrite, r.doWritev
+	return r
+}
+
+func (r *rawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.rp, r.rn, r.re = p, 0, 0
+	err := r.rc.Read(r.rfn)
+	r.rp = nil
+	if err == nil && r.re != 0 {
+		err = os.NewSyscallError("read", r.re)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if r.rn == 0 {
+		return 0, io.EOF
+	}
+	return r.rn, nil
+}
+
+func (r *rawIO) doRead(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rp[0])), uintptr(len(r.rp)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		r.rn, r.re = int(n), e
+		return true
+	}
+}
+
+// Write writes all of p (or fails).
+func (r *rawIO) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		r.wp, r.wn, r.we = p[done:], 0, 0
+		err := r.rc.Write(r.wfn)
+		r.wp = nil
+		if err == nil && r.we != 0 {
+			err = os.NewSyscallError("write", r.we)
+		}
+		done += r.wn
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+func (r *rawIO) doWrite(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.wp[0])), uintptr(len(r.wp)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		if e == 0 {
+			r.wn = int(n)
+		}
+		r.we = e
+		return true
+	}
+}
+
+// Writev writes all of bufs, in order (or fails). It may modify bufs.
+func (r *rawIO) Writev(bufs [][]byte) error {
+	for len(bufs) > 0 {
+		r.iov = r.iov[:0]
+		for _, b := range bufs {
+			if len(b) == 0 {
+				continue
+			}
+			if len(r.iov) == 1024 { // IOV_MAX
+				break
+			}
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(len(b))
+			r.iov = append(r.iov, v)
+		}
+		if len(r.iov) == 0 {
+			return nil
+		}
+		r.vn, r.wn, r.we = len(r.iov), 0, 0
+		err := r.rc.Write(r.vfn)
+		clear(r.iov) // hold no caller memory
+		if err == nil && r.we != 0 {
+			err = os.NewSyscallError("writev", r.we)
+		}
+		if err != nil {
+			return err
+		}
+		// Drop what was written.
+		n := r.wn
+		for len(bufs) > 0 && n >= len(bufs[0]) {
+			n -= len(bufs[0])
+			bufs = bufs[1:]
+		}
+		if n > 0 {
+			bufs[0] = bufs[0][n:]
+		}
+	}
+	return nil
+}
+
+func (r *rawIO) doWritev(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(r.vn))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		if e == 0 {
+			r.wn = int(n)
+		}
+		r.we = e
+		return true
+	}
+}
