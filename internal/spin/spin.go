@@ -65,13 +65,7 @@ func (sp *Spinner) Spin() bool {
 	if sp.n%2048 == 0 {
 		sp.doYield()
 	}
-	now := time.Now()
-	if now.Sub(sp.last) > preemptedAfter {
-		sp.preempted = true
-		return false
-	}
-	sp.last = now
-	return now.Before(sp.until)
+	return sp.lasts()
 }
 
 // SpinSlow is Spin for loops whose every check is costly (a system
@@ -82,6 +76,12 @@ func (sp *Spinner) SpinSlow() bool {
 	if sp.n%16 == 0 {
 		sp.doYield()
 	}
+	return sp.lasts()
+}
+
+// lasts reads the clock: false once the budget is spent, or when the
+// clock jumped since the last look (the spinner was descheduled).
+func (sp *Spinner) lasts() bool {
 	now := time.Now()
 	if now.Sub(sp.last) > preemptedAfter {
 		sp.preempted = true
