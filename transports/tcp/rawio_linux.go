@@ -22,14 +22,15 @@ import (
 // a target that answers one request at a time. One reader and one
 // writer at a time.
 type rawIO struct {
-	rc       syscall.RawConn
-	rp, wp   []byte
-	rn, wn   int
-	re, we   syscall.Errno
-	rfn, wfn func(fd uintptr) bool
-	iov      []unix.Iovec // Writev's
-	vn       int          // iovecs in use
-	vfn      func(fd uintptr) bool
+	rc     syscall.RawConn
+	rp     []byte
+	rn, wn int
+	re, we syscall.Errno
+	rfn    func(fd uintptr) bool
+	one    [1][]byte    // Write's piece
+	iov    []unix.Iovec // Writev's
+	vn     int          // iovecs in use
+	vfn    func(fd uintptr) bool
 }
 
 // newRawIO is nil when nc is not a socket it can use.
@@ -39,7 +40,7 @@ func newRawIO(nc net.Conn) *rawIO {
 		return nil
 	}
 	r := &rawIO{rc: rc}
-	r.rfn, r.wfn, r.vfn = r.doRead, r.doWrite, r.doWritev
+	r.rfn, r.vfn = r.doRead, r.doWritev
 	return r
 }
 
@@ -78,37 +79,13 @@ func (r *rawIO) doRead(fd uintptr) bool {
 
 // Write writes all of p (or fails).
 func (r *rawIO) Write(p []byte) (int, error) {
-	done := 0
-	for done < len(p) {
-		r.wp, r.wn, r.we = p[done:], 0, 0
-		err := r.rc.Write(r.wfn)
-		r.wp = nil
-		if err == nil && r.we != 0 {
-			err = os.NewSyscallError("write", r.we)
-		}
-		done += r.wn
-		if err != nil {
-			return done, err
-		}
+	r.one[0] = p
+	err := r.Writev(r.one[:])
+	r.one[0] = nil
+	if err != nil {
+		return 0, err
 	}
-	return done, nil
-}
-
-func (r *rawIO) doWrite(fd uintptr) bool {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.wp[0])), uintptr(len(r.wp)))
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		}
-		if e == 0 {
-			r.wn = int(n)
-		}
-		r.we = e
-		return true
-	}
+	return len(p), nil
 }
 
 // Writev writes all of bufs, in order (or fails). It may modify bufs.
