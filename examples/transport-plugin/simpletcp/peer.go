@@ -150,6 +150,11 @@ func (t *Transport) op(ctx context.Context, p *peer, nc net.Conn, op *plugins.Op
 	}
 	e, mem, err := t.regions.Resolve(uint64(op.LocalRegion), op.LocalOffset, op.Length)
 	if err != nil {
+		if t.guard.Closed() {
+			// Close removes every region: an op it caught before it
+			// began failed because the transport closed.
+			return fmt.Errorf("%s: transport closed: %w", Name, plugins.ErrClosed)
+		}
 		return fmt.Errorf("%s: local side: %w", Name, err)
 	}
 	defer e.Release()
