@@ -8,9 +8,6 @@ import "net"
 // initiator closed is still served.
 func abandoned(net.Conn) bool { return false }
 
-// peerReset is not known on this platform either.
-func peerReset(net.Conn) bool { return false }
-
 // abortOnClose makes closing nc reset the connection (see the Linux file).
 func abortOnClose(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {

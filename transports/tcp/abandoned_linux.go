@@ -4,6 +4,8 @@ package tcp
 
 import (
 	"net"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,33 +16,42 @@ import (
 // timeout while this process was stopped, a link cut): applying one now
 // would overwrite whatever the initiator wrote since.
 func abandoned(nc net.Conn) bool {
-	st, ok := tcpState(nc)
-	return ok && st != unix.BPF_TCP_ESTABLISHED
+	closed, _ := peerClosed(rawConn(nc))
+	return closed
 }
 
-// peerReset reports whether the initiator reset nc (its RST arrived): it
-// aborted the connection, failing whatever it had not seen answered. A
-// FIN alone is not that: a Mooncake v1 client closes right after its
-// last WRITE's bytes left, expecting them applied.
-func peerReset(nc net.Conn) bool {
-	st, ok := tcpState(nc)
-	return ok && st == unix.BPF_TCP_CLOSE
-}
-
-// tcpState is nc's TCP state (TCP_INFO), ok false when unknown.
-func tcpState(nc net.Conn) (state uint8, ok bool) {
-	rc := rawConn(nc)
+// peerClosed reads a connection's TCP state once (TCP_INFO): closed when
+// the socket left ESTABLISHED (the peer's FIN or RST arrived), reset when
+// it is CLOSE (an RST did: the initiator aborted the connection, failing
+// whatever it had not seen answered; a FIN alone is not that, since a
+// Mooncake v1 client closes right after its last WRITE's bytes left,
+// expecting them applied). Neither when the state is unknown (rc nil, or
+// the call failed).
+//
+// The call is raw (unix.RawSyscall6, no runtime bookkeeping and no
+// monitor thread woken: see rawIO): it runs on a pool-off Mooncake
+// connection's only request. Only tcpi_state, the first byte of struct
+// tcp_info, is copied out.
+func peerClosed(rc syscall.RawConn) (closed, reset bool) {
 	if rc == nil {
-		return 0, false
+		return false, false
 	}
+	var info [8]byte
+	ok := false
 	rc.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err == nil {
-			state, ok = info.State, true
-		}
+		n := uint32(len(info))
+		_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+		ok = e == 0 && n >= 1
 	})
-	return state, ok
+	if !ok {
+		return false, false
+	}
+	return info[0] != unix.BPF_TCP_ESTABLISHED, info[0] == unix.BPF_TCP_CLOSE
 }
+
+// peerClosed is the socket's peerClosed.
+func (r *rawIO) peerClosed() (closed, reset bool) { return peerClosed(r.rc) }
 
 // abortOnClose makes closing nc reset the connection instead of flushing
 // it: data the peer has not received yet is dropped, not retransmitted

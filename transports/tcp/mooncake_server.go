@@ -19,25 +19,15 @@ import (
 // Headers are read straight from the socket, never ahead of the request
 // being served, so a v1 READ can wait for the other connections' WRITEs
 // that arrived before it (mooncakeOrder).
-func (tc *targetConn) serveMooncake(first [4]byte) {
+func (tc *targetConn) serveMooncake(first [mcwire.HeaderSize]byte, have int) {
 	t := tc.t
-	remote := tc.nc.RemoteAddr().String()
 	mc := tc.mc
 	t.served.mooncake.Add(1)
-	var hb [mcwire.HeaderSize]byte
+	hb := first
 	var sb [mcwire.StatusSize]byte
-	copy(hb[:], first[:])
-	have := len(first)
 	var sc stateCheck
-	// Raw system calls where the platform has them (rawIO: no runtime
-	// monitor woken per request).
-	var rw io.ReadWriter = tc.nc
-	if r := newRawIO(tc.nc); r != nil {
-		rw = r
-	}
-	tc.rw = rw
 	for {
-		if err := tc.dl.readHeader(tc.nc, rw, hb[have:]); err != nil {
+		if err := tc.dl.readHeader(tc.nc, tc.rw, hb[have:]); err != nil {
 			return // the peer closed (pool off: after each request)
 		}
 		have = 0
@@ -54,7 +44,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 		}
 		if err != nil {
 			t.served.refuse(h.Write, h.Size, err)
-			t.warn.Info("mooncake-reject", "tcp: rejected a Mooncake request outside the registered regions", zap.String("remote", remote), zap.Uint64("addr", h.Addr),
+			t.warn.Info("mooncake-reject", "tcp: rejected a Mooncake request outside the registered regions", zap.Stringer("remote", tc.nc.RemoteAddr()), zap.Uint64("addr", h.Addr),
 				zap.Uint64("size", h.Size), zap.Bool("write", h.Write), zap.Error(err))
 			if h.V2 {
 				mcwire.EncodeStatus(&sb, mcwire.StatusRejected)
@@ -65,7 +55,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 		}
 		// A connection's first request is always looked at (pool off:
 		// every request); on a pooled one, at most once a millisecond.
-		if h.Write && sc.due() && (peerReset(tc.nc) || (h.V2 && abandoned(tc.nc))) {
+		if h.Write && sc.due() && tc.gaveUp(h.V2) {
 			// The initiator gave up on this WRITE before it was read (this
 			// process was stopped, say): it has failed there, and applying
 			// it now would overwrite what was written since. A v2 client
@@ -76,7 +66,7 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 			release()
 			t.served.op(true, resFailed, h.Size)
 			t.warn.Info("mooncake-abandoned", "tcp: dropped a Mooncake WRITE whose initiator had closed the connection before it was read",
-				zap.String("remote", remote), zap.Uint64("addr", h.Addr), zap.Uint64("size", h.Size))
+				zap.Stringer("remote", tc.nc.RemoteAddr()), zap.Uint64("addr", h.Addr), zap.Uint64("size", h.Size))
 			return
 		}
 		if h.Write {
@@ -96,34 +86,100 @@ func (tc *targetConn) serveMooncake(first [4]byte) {
 	}
 }
 
+// gaveUp reports whether the initiator of the WRITE just read gave up
+// on it: a v2 client waits for the WRITE's status, so any close before
+// it is a give-up; a v1 client closes (FIN) right after sending, so only
+// a reset is (kvconnect's initiator resets a lane it gives up on). One
+// look at the socket's state, a raw system call.
+func (tc *targetConn) gaveUp(v2 bool) bool {
+	if tc.raw == nil {
+		return false
+	}
+	closed, reset := tc.raw.peerClosed()
+	return reset || (v2 && closed)
+}
+
 // mooncakeBody moves one request's payload; false ends the connection.
+//
+// The payload read and the answer's write are bounded by op_timeout, so a
+// peer that stalls mid-way cannot hold the region (and a Deregister)
+// forever. With raw I/O a call arms that deadline only if it must wait
+// (boundRead, boundWrite): the request of a fresh connection (pool off:
+// every request) usually is in the socket whole, and its answer fits
+// in the socket's buffer, so it costs no runtime timer.
 func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.StatusSize]byte) bool {
-	timeout := time.Duration(tc.t.opts.OpTimeout)
 	mcwire.EncodeStatus(sb, mcwire.StatusOK)
 	if h.Write {
-		// The payload is read under op_timeout, so a peer that stalls
-		// mid-write cannot hold the region (and a Deregister) forever.
-		tc.dl.armRead(tc.nc, timeout)
+		tc.boundRead()
 		_, err := io.ReadFull(tc.rw, mem)
+		tc.unbound()
 		if err != nil {
 			tc.t.served.op(true, resFailed, h.Size)
 			return false
 		}
 		tc.t.served.op(true, resCompleted, h.Size) // before the v2 status can reach the initiator
 		if h.V2 {
-			tc.dl.armWrite(tc.nc, timeout)
-			if _, err := tc.rw.Write(sb[:]); err != nil {
+			tc.boundWrite()
+			_, err := tc.rw.Write(sb[:])
+			tc.unbound()
+			if err != nil {
 				return false
 			}
 		}
 		return true
 	}
 	tc.t.served.op(false, resCompleted, h.Size) // before the data can reach the initiator
-	out := net.Buffers{mem}
+	out := [2][]byte{mem}
+	n := 1
 	if h.V2 {
-		out = net.Buffers{sb[:], mem}
+		out, n = [2][]byte{sb[:], mem}, 2
 	}
-	tc.dl.armWrite(tc.nc, timeout)
-	_, err := out.WriteTo(tc.nc)
+	tc.boundWrite()
+	defer tc.unbound()
+	if tc.raw != nil {
+		return tc.raw.Writev(out[:n]) == nil
+	}
+	bufs := net.Buffers(out[:n])
+	_, err := bufs.WriteTo(tc.nc)
 	return err == nil
+}
+
+// boundRead bounds the payload read that follows by op_timeout: at once
+// when a read deadline is set already (moved when less than half of it is
+// left: connDeadlines), else, with raw I/O, only once the read must wait
+// (armOnWait). unbound ends it.
+func (tc *targetConn) boundRead() {
+	if tc.raw != nil && tc.dl.read.IsZero() {
+		tc.raw.armR = true
+		return
+	}
+	tc.dl.armRead(tc.nc, time.Duration(tc.t.opts.OpTimeout))
+}
+
+// boundWrite is boundRead for the answer's write.
+func (tc *targetConn) boundWrite() {
+	if tc.raw != nil && tc.dl.write.IsZero() {
+		tc.raw.armW = true
+		return
+	}
+	tc.dl.armWrite(tc.nc, time.Duration(tc.t.opts.OpTimeout))
+}
+
+// unbound drops a lazy bound the call did not need: the next header read
+// is not bounded.
+func (tc *targetConn) unbound() {
+	if tc.raw != nil {
+		tc.raw.armR, tc.raw.armW = false, false
+	}
+}
+
+// armOnWait arms the deadline of a payload read (write false) or of an
+// answer's write that must wait for the socket (rawIO.onWait).
+func (tc *targetConn) armOnWait(write bool) {
+	span := time.Duration(tc.t.opts.OpTimeout)
+	if write {
+		tc.dl.armWrite(tc.nc, span)
+	} else {
+		tc.dl.armRead(tc.nc, span)
+	}
 }

@@ -31,18 +31,37 @@ type rawIO struct {
 	iov    []unix.Iovec // Writev's
 	vn     int          // iovecs in use
 	vfn    func(fd uintptr) bool
+	iov0   [4]unix.Iovec // iov's first backing: no allocation for a few pieces
+
+	// onWait, when set, is told just before a Read (write false) or a
+	// Writev (true) waits for the socket, if armR or armW asks for it;
+	// each flag is cleared once told. A caller arms its deadline there,
+	// so a call that finds the socket ready costs no runtime timer.
+	onWait     waitArmer
+	armR, armW bool
 }
 
 // newRawIO is nil when nc is not a socket it can use.
-func newRawIO(nc net.Conn) *rawIO {
+func newRawIO(nc net.Conn) *rawIO { return new(rawIO).bind(nc) }
+
+// bind points r at nc, ready for a new connection (nothing of the last
+// one kept), and returns it; nil when nc is not a socket it can use. A
+// server goroutine binds one rawIO to each connection it serves.
+func (r *rawIO) bind(nc net.Conn) *rawIO {
 	rc := rawConn(nc)
 	if rc == nil {
 		return nil
 	}
-	r := &rawIO{rc: rc}
-	r.rfn, r.vfn = r.doRead, r.doWritev
+	if r.rfn == nil {
+		r.rfn, r.vfn = r.doRead, r.doWritev
+		r.iov = r.iov0[:0]
+	}
+	r.rc, r.onWait, r.armR, r.armW = rc, nil, false, false
 	return r
 }
+
+// unbind drops r's references to its connection.
+func (r *rawIO) unbind() { r.rc, r.onWait = nil, nil }
 
 func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
@@ -70,6 +89,10 @@ func (r *rawIO) doRead(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if r.armR {
+				r.armR = false
+				r.onWait.armOnWait(false)
+			}
 			return false
 		}
 		r.rn, r.re = int(n), e
@@ -135,6 +158,10 @@ func (r *rawIO) doWritev(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if r.armW {
+				r.armW = false
+				r.onWait.armOnWait(true)
+			}
 			return false
 		}
 		if e == 0 {

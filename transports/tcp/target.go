@@ -22,12 +22,17 @@ const readBufferSize = 16 << 10
 
 // targetConn serves requests from one initiator connection.
 type targetConn struct {
-	t  *Transport
-	nc net.Conn
-	mc *mcConn       // its entry in t.order, removed when it is not a Mooncake peer or ends
-	dl connDeadlines // its deadlines; the serving goroutine's
-	rw io.ReadWriter // a Mooncake peer's: nc, or raw I/O on nc (rawIO)
+	t   *Transport
+	nc  net.Conn
+	mc  *mcConn       // its entry in t.order, removed when it is not a Mooncake peer or ends
+	dl  connDeadlines // its deadlines; the serving goroutine's
+	raw *rawIO        // raw I/O on nc; nil where there is none (platform, or nc is not a socket)
+	rw  io.ReadWriter // raw, or nc when raw is nil
 }
+
+// The first read of a connection takes at most a Mooncake header: never
+// more than either protocol's first header.
+var _ [wire.HeaderSize - mcwire.HeaderSize]struct{}
 
 func (t *Transport) acceptLoop(ln net.Listener) {
 	defer t.wg.Done()
@@ -61,9 +66,8 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 			return
 		}
 		t.targets[tc] = struct{}{}
-		t.wg.Add(1)
+		t.dispatch(tc)
 		t.mu.Unlock()
-		go tc.serve()
 	}
 }
 
@@ -77,10 +81,12 @@ func statusFor(err error) wire.Status {
 	return wire.StatusBadRequest
 }
 
-func (tc *targetConn) serve() {
+// serve serves tc until it ends, with raw (a server's, bound to tc.nc
+// here) for raw I/O.
+func (tc *targetConn) serve(raw *rawIO) {
 	t := tc.t
-	defer t.wg.Done()
 	defer func() {
+		raw.unbind()
 		tc.nc.Close()
 		t.order.remove(tc.mc)
 		t.mu.Lock()
@@ -88,30 +94,37 @@ func (tc *targetConn) serve() {
 		t.mu.Unlock()
 	}()
 	// One data port serves both protocols: kvconnect's frames start with
-	// "KVCN", a Mooncake peer's with its request header. The four bytes
-	// are read unbuffered, so a Mooncake connection's unread input stays
-	// in its socket (see mooncakeOrder).
+	// "KVCN", a Mooncake peer's with its request header. The first read
+	// takes at least those four bytes and at most a Mooncake header, never
+	// more than the first request's header, so a Mooncake connection's
+	// unread input stays in its socket (see mooncakeOrder).
 	if t.auth != nil && !tc.authenticate() {
 		return
 	}
-	var first [4]byte
-	if _, err := io.ReadFull(tc.nc, first[:]); err != nil {
+	tc.rw = tc.nc
+	if tc.raw = raw.bind(tc.nc); tc.raw != nil {
+		tc.raw.onWait = tc
+		tc.rw = tc.raw
+	}
+	var first [mcwire.HeaderSize]byte
+	have, err := io.ReadAtLeast(tc.rw, first[:], 4)
+	if err != nil {
 		return
 	}
-	if auth.IsHello(first[:]) {
+	if auth.IsHello(first[:4]) {
 		t.served.refusal(refUnauthenticated)
-		auth.Refuse(tc.nc) // tell a client with a secret that this node has none
+		auth.Refuse(auth.Prefixed(first[4:have], tc.nc)) // tell a client with a secret that this node has none
 		t.warn.Warn("auth-off", "tcp: refused a data connection that authenticates: this node has no auth_secret", zap.String("remote", tc.nc.RemoteAddr().String()))
 		return
 	}
-	if !mcwire.IsKVConnect(first[:]) {
+	if !mcwire.IsKVConnect(first[:4]) {
 		if !t.opts.Mooncake {
 			t.served.refusal(refBadRequest)
 			t.log.Debug("tcp: refusing a connection that does not speak kvconnect's framing (Mooncake peers are off: transports.tcp.mooncake)",
 				zap.String("remote", tc.nc.RemoteAddr().String()))
 			return
 		}
-		tc.serveMooncake(first)
+		tc.serveMooncake(first, have)
 		return
 	}
 	t.order.remove(tc.mc) // kvconnect's framing has its own acknowledgments
@@ -119,8 +132,8 @@ func (tc *targetConn) serve() {
 	// connection's buffers are allocated once it sent a valid request,
 	// so idle and garbage connections hold none.
 	var hb [wire.HeaderSize]byte
-	copy(hb[:], first[:])
-	if _, err := io.ReadFull(tc.nc, hb[len(first):]); err != nil {
+	copy(hb[:], first[:have])
+	if _, err := io.ReadFull(tc.rw, hb[have:]); err != nil {
 		return
 	}
 	var fr *frameReader

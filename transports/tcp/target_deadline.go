@@ -27,6 +27,13 @@ type connDeadlines struct {
 	read, write time.Time // zero when not set
 }
 
+// waitArmer is told that a raw call is about to wait for its socket
+// (rawIO.onWait). It runs inside the poller callback, on the calling
+// goroutine, and may set the connection's deadlines.
+type waitArmer interface {
+	armOnWait(write bool)
+}
+
 // armRead makes sure a read deadline at least span/2 away is set on nc.
 func (d *connDeadlines) armRead(nc net.Conn, span time.Duration) {
 	if until, moved := rearm(d.read, span); moved {

@@ -47,13 +47,14 @@ type Transport struct {
 	mcpeers map[plugins.PeerID]*mcPeer // Mooncake Transfer Engine peers
 	nextID  plugins.PeerID
 	targets map[*targetConn]struct{}
+	servers servers // goroutines serving targets
 
 	regions regions.Table
 	order   mooncakeOrder    // v1 read-after-write across Mooncake connections
 	warn    *ratelog.Limiter // lines remote peers can trigger, rate-limited
 	auth    *auth.Keyring    // nil: authentication off
 	served  served           // what peers were served (Stats)
-	wg      sync.WaitGroup   // accept loop, target conns, watchdog
+	wg      sync.WaitGroup   // accept loop, servers, watchdog
 	stop    chan struct{}
 }
 
@@ -66,6 +67,7 @@ func New() *Transport {
 		mcpeers: map[plugins.PeerID]*mcPeer{},
 		targets: map[*targetConn]struct{}{},
 		stop:    make(chan struct{}),
+		servers: servers{handoff: make(chan *targetConn)},
 	}
 }
 
