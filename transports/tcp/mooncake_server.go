@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -27,8 +28,14 @@ func (tc *targetConn) serveMooncake(first [mcwire.HeaderSize]byte, have int) {
 	var sb [mcwire.StatusSize]byte
 	var sc stateCheck
 	for {
+		boundary := have == 0
 		if err := tc.dl.readHeader(tc.nc, tc.rw, hb[have:]); err != nil {
-			return // the peer closed (pool off: after each request)
+			if boundary && errors.Is(err, io.EOF) && tc.raw != nil && t.opts.MooncakeResetOnClose {
+				// The peer closed after its last request (pool off: after
+				// each): no TIME-WAIT for either side (see Options).
+				tc.raw.resetOnClose()
+			}
+			return
 		}
 		have = 0
 		h, err := mcwire.Decode(hb[:])

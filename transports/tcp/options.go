@@ -40,6 +40,15 @@ type Options struct {
 	// Mooncake's MC_TCP_PROTO=1 does). v1 has no status: a WRITE the peer
 	// rejects looks complete.
 	MooncakeProto int `json:"mooncake_proto"`
+	// MooncakeResetOnClose answers a Mooncake peer's close, once all this
+	// side sent on the connection is acknowledged, with a reset instead of
+	// a FIN, so neither side keeps the connection in TIME-WAIT: a Mooncake
+	// initiator with its connection pool off (its default) opens and
+	// closes a connection per request, and the TIME-WAIT sockets it would
+	// be left with slow its every connect and exhaust its ports against a
+	// target on another host. Default true; false closes with a FIN, as
+	// Mooncake's own server does.
+	MooncakeResetOnClose bool `json:"mooncake_reset_on_close"`
 }
 
 // DefaultOptions are the options used for keys the config leaves out.
@@ -51,6 +60,9 @@ func DefaultOptions() Options {
 		OpTimeout:      units.Duration(30 * time.Second),
 		Mooncake:       true,
 		MooncakeLanes:  8,
+		// A reset loses nothing here: the peer closed after its last
+		// request, and it has acknowledged every byte of the answers.
+		MooncakeResetOnClose: true,
 	}
 }
 

@@ -31,3 +31,6 @@ func (*rawIO) Writev([][]byte) error     { return errNoRawIO }
 
 // peerClosed is not known on this platform.
 func (*rawIO) peerClosed() (closed, reset bool) { return false, false }
+
+// resetOnClose does nothing here: the close sends a FIN.
+func (*rawIO) resetOnClose() bool { return false }

@@ -236,9 +236,11 @@ func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connecto
 		}
 	}
 	// The kvconnect target advertises the address the Mooncake target
-	// does (127.0.0.1): a connection-per-request initiator reuses
-	// TIME-WAIT ports only on loopback, so a node on its outward address
-	// would run it out of ports and measure that instead.
+	// does (127.0.0.1), like with like: a connection-per-request
+	// initiator reuses TIME-WAIT ports only on loopback, so against the
+	// Mooncake target on an outward address it would run out of ports
+	// (against a kvconnect target it leaves none: it answers the
+	// initiator's close with a reset, docs/MOONCAKE.md).
 	nodeCfg := tcpCfg
 	if nodeCfg.Hostname == "" {
 		nodeCfg.Hostname = "127.0.0.1"
