@@ -159,11 +159,11 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			p("| %s | %s | %s | %s | **%s** | %s | %s | %s | %s |\n", c.Variant, c.Base, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)),
 				f2(c.Ratio.Median), rangeStr(c.Ratio, f2), target, met, timeWaitOf(res, c.Variant, c.Op, c.BlockSize))
 		}
-		p("\nMooncake's bench reports no latency distribution: its rows' batch latencies are the mean batch time (duration x threads / batches). " +
-			"It counts whole batches over whole seconds, so a run that counted fewer than %d batches is run again long enough to count that many (at most %d s; the short run served as its warmup), and that workload's later runs last as long. " +
-			"Both targets advertise 127.0.0.1: Mooncake's initiator opens a TCP connection per request by default, and Linux reuses a port in TIME-WAIT for a new connection only on loopback " +
-			"(net.ipv4.tcp_tw_reuse=2), so against a target on another address it runs out of ephemeral ports (\"Cannot assign requested address\") within seconds; " +
-			"so does a cluster of such initiators against a Mooncake target (a kvconnect target answers the initiator's close with a reset, so neither side keeps TIME-WAIT). " +
+		p("\nMooncake's bench reports no latency distribution: its rows' batch latencies are the mean batch time (duration x threads / batches). "+
+			"It counts whole batches over whole seconds, so a run that counted fewer than %d batches is run again long enough to count that many (at most %d s; the short run served as its warmup), and that workload's later runs last as long. "+
+			"Both targets advertise 127.0.0.1: Mooncake's initiator opens a TCP connection per request by default, and Linux reuses a port in TIME-WAIT for a new connection only on loopback "+
+			"(net.ipv4.tcp_tw_reuse=2), so against a target on another address it runs out of ephemeral ports (\"Cannot assign requested address\") within seconds; "+
+			"so does a cluster of such initiators against a Mooncake target (a kvconnect target answers the initiator's close with a reset, so neither side keeps TIME-WAIT). "+
 			"The TIME-WAIT column counts the host's sockets in that state after each run (host-wide: those of earlier runs count until their minute is up).\n\n", mooncakeMinBatches, mooncakeMaxSecs)
 	}
 
