@@ -33,8 +33,7 @@ import (
 // connection's read side).
 type frameReader struct {
 	nc  net.Conn
-	rv  *vectorReader // nil: no readv here (platform, or nc is not a socket)
-	raw *rawIO        // nil: nc's own Read (platform, or nc is not a socket)
+	raw *rawIO // nil: nc's own Read, no readv (platform, or nc is not a socket)
 	buf []byte
 	r   int // buf[r:w] was read from nc and not consumed
 	w   int
@@ -62,7 +61,7 @@ const (
 )
 
 func newFrameReader(nc net.Conn) *frameReader {
-	return &frameReader{nc: nc, rv: newVectorReader(nc), raw: newRawIO(nc), buf: make([]byte, readBufferSize)}
+	return &frameReader{nc: nc, raw: newRawIO(nc), buf: make([]byte, readBufferSize)}
 }
 
 // Buffered is how many bytes were read from the socket and not yet
@@ -98,11 +97,11 @@ func (fr *frameReader) fill() error {
 
 // read is one read of the socket, spinning first if spinUntil asks.
 func (fr *frameReader) read(p []byte) (int, error) {
-	if fr.spinUntil.IsZero() || fr.rv == nil {
-		if fr.raw != nil {
-			return fr.raw.Read(p)
-		}
+	if fr.raw == nil {
 		return fr.nc.Read(p)
+	}
+	if fr.spinUntil.IsZero() {
+		return fr.raw.Read(p)
 	}
 	until := fr.spinUntil
 	fr.spinUntil = time.Time{}
@@ -110,7 +109,7 @@ func (fr *frameReader) read(p []byte) (int, error) {
 	if fr.spinLock {
 		sp.Locked()
 	}
-	n, slept, err := fr.rv.readSpin(p, sp, &fr.spinStop)
+	n, slept, err := fr.raw.readSpin(p, sp, &fr.spinStop)
 	fr.spun = spunCaught
 	if slept {
 		fr.spun = spunSlept
@@ -158,8 +157,8 @@ func (fr *frameReader) payload(p []byte) (int, error) {
 		}
 		var m, ahead int
 		var err error
-		if fr.rv != nil {
-			m, ahead, err = fr.rv.read(rest, fr.buf[:wire.HeaderSize])
+		if fr.raw != nil {
+			m, ahead, err = fr.raw.readv(rest, fr.buf[:wire.HeaderSize])
 		} else {
 			m, err = fr.nc.Read(rest) // no readv: nor raw I/O
 		}

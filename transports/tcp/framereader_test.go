@@ -67,7 +67,7 @@ func TestFrameReaderReadsEveryFrame(t *testing.T) {
 				}
 			}()
 			fr := newFrameReader(srv)
-			if c.name == "socket" && fr.rv == nil && vectorReadsHere {
+			if c.name == "socket" && fr.raw == nil && vectorReadsHere {
 				t.Fatal("no vector reader on a TCP socket")
 			}
 			for i, want := range payloads {

@@ -22,9 +22,9 @@ import (
 // is ended by its stop flag, which is how a caller giving up reaches it.
 func TestReadSpin(t *testing.T) {
 	a, b := tcpPair(t)
-	v := newVectorReader(a)
+	v := newRawIO(a)
 	if v == nil {
-		t.Fatal("no vector reader for a TCP connection")
+		t.Fatal("no raw I/O for a TCP connection")
 	}
 	buf := make([]byte, 64)
 

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
 // rawIO reads and writes a socket with raw system calls
@@ -22,18 +25,31 @@ import (
 // a target that answers one request at a time. One reader and one
 // writer at a time.
 type rawIO struct {
-	rc     syscall.RawConn
-	rp     []byte
-	rn, wn int
-	re, we syscall.Errno
-	rfn    func(fd uintptr) bool
-	one    [1][]byte    // Write's piece
-	iov    []unix.Iovec // Writev's
-	vn     int          // iovecs in use
-	vfn    func(fd uintptr) bool
-	iov0   [4]unix.Iovec // iov's first backing: no allocation for a few pieces
+	rc syscall.RawConn
 
-	// onWait, when set, is told just before a Read (write false) or a
+	// The read side: a readv(2) into riov[:rcnt] (one buffer, or a
+	// payload and the next header: frameReader), spinning first while
+	// spinning is set (readSpin).
+	riov     [2]unix.Iovec
+	rcnt     uintptr
+	rn       int
+	re       syscall.Errno
+	rfn      func(fd uintptr) bool // doRead, bound once (no allocation per call)
+	sp       spin.Spinner          // while spinning, EAGAIN is retried while sp spins
+	spinning bool
+	slept    bool         // the last readSpin waited in the poller
+	stop     *atomic.Bool // while spinning: true ends the spin
+
+	// The write side.
+	one  [1][]byte    // Write's piece
+	iov  []unix.Iovec // Writev's
+	iov0 [4]unix.Iovec
+	vn   int // iovecs in use
+	wn   int
+	we   syscall.Errno
+	vfn  func(fd uintptr) bool
+
+	// onWait, when set, is told just before a read (write false) or a
 	// Writev (true) waits for the socket, if armR or armW asks for it;
 	// each flag is cleared once told. A caller arms its deadline there,
 	// so a call that finds the socket ready costs no runtime timer.
@@ -63,15 +79,34 @@ func (r *rawIO) bind(nc net.Conn) *rawIO {
 // unbind drops r's references to its connection.
 func (r *rawIO) unbind() { r.rc, r.onWait = nil, nil }
 
+// Read reads what the socket holds into p (at least one byte). A closed
+// peer is io.EOF.
 func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	r.rp, r.rn, r.re = p, 0, 0
+	r.setIov(0, p)
+	r.rcnt = 1
+	return r.read()
+}
+
+// setIov points riov[i] at p.
+func (r *rawIO) setIov(i int, p []byte) {
+	r.riov[i].Base = &p[0]
+	r.riov[i].SetLen(len(p))
+}
+
+// read runs one read of riov[:rcnt] through the poller.
+func (r *rawIO) read() (int, error) {
+	r.rn, r.re = 0, 0
 	err := r.rc.Read(r.rfn)
-	r.rp = nil
+	if r.spinning { // the poller gave up (deadline, close) before a read
+		r.sp.Done()
+		r.spinning, r.slept = false, true
+	}
+	r.riov[0].Base, r.riov[1].Base, r.stop = nil, nil, nil // hold no caller memory
 	if err == nil && r.re != 0 {
-		err = os.NewSyscallError("read", r.re)
+		err = os.NewSyscallError("readv", r.re)
 	}
 	if err != nil {
 		return 0, err
@@ -82,13 +117,21 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return r.rn, nil
 }
 
+// doRead is the poller's read callback: false asks it to wait for input.
 func (r *rawIO) doRead(fd uintptr) bool {
 	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rp[0])), uintptr(len(r.rp)))
+		n, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&r.riov[0])), r.rcnt)
 		switch e {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if r.spinning {
+				if !r.stop.Load() && r.sp.SpinSlow() {
+					continue
+				}
+				r.sp.Done()
+				r.spinning, r.slept = false, true
+			}
 			if r.armR {
 				r.armR = false
 				r.onWait.armOnWait(false)
@@ -96,6 +139,10 @@ func (r *rawIO) doRead(fd uintptr) bool {
 			return false
 		}
 		r.rn, r.re = int(n), e
+		if r.spinning {
+			r.sp.Done()
+			r.spinning = false
+		}
 		return true
 	}
 }
