@@ -436,7 +436,7 @@ func (s *ringServer) stop() {
 			select {
 			case <-done:
 				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()), zap.Int64("run_by_sleeper", s.inline.Load()), zap.Int64("claimed_by_standby", s.byStandby.Load()),
-					zap.Int64("spins_missed", s.spinMisses.Load()), zap.Duration("mean_host_gap", s.gap.Mean()), zap.Duration("mean_transfer", s.transferTime.Mean()))
+					zap.Int64("spins_missed", s.spinMisses.Load()), zap.Duration("mean_host_gap", s.gap.Mean()), zap.Duration("mean_transfer", s.transferTime.Mean()), zap.Any("spin", s.gap.Stats()))
 				s.r.Store(ring.PluginState, ring.PluginStopped)
 				s.seg.Close()
 				return

@@ -5,48 +5,85 @@ import (
 	"time"
 )
 
-// Adaptive spin budgets. A fixed budget is bistable on a busy machine:
-// while both sides catch each other spinning no one sleeps, but once a
-// wake-up is slow (the machine is loaded) the host's spin expires before
-// the plugin answers, the plugin's before the host submits again, and
-// every batch pays two futex wake-ups from then on. Learning how long the
-// waits really are, and spinning a little longer than that, brings the
-// fast mode back. A wait longer than the cap is not spun for at all: on
-// an oversubscribed machine the waits grow because the processes that
-// would end them wait for a processor, and spinning would take it.
+// Adaptive spin budgets. A spinner either catches what it waits for or
+// sleeps and has to be woken, and on a small machine a sleeping side
+// slows the other down: with the host's poller asleep both processors
+// can go idle, every wake-up in the chain (host to plugin, plugin to the
+// peer and back) lands on a halted one, the plugin's answer comes later,
+// and the host's next spin misses it too. Budgets sized from the mean
+// wait (twice it, capped; the first design) made that a trap: one slow
+// phase raised the mean past the cap, budgets collapsed, and both sides
+// stayed asleep, one op in two or three paying those wake-ups (4 KiB
+// single op through the tcp plugin, Intel Xeon VM, 2 vCPUs: a p50 of
+// 18–113 µs from run to run against 14–16 µs with the host's spin fixed
+// at 100 µs; docs/DATAPATH.md, eighth round).
+//
+// What decides whether spinning pays is how often a spin catches its
+// wait, and that has to be measured on spins that could have: a wait
+// measured while this side slept says little about a spin, because the
+// sleep itself made it longer. So an Adapt counts the outcome of the
+// spins that tried (a budget of at least half of Max): while at least
+// half of the recent ones caught their wait, the budget is all of Max (a
+// spin costs its budget only when it misses); when fewer did (waits
+// longer than Max: large batches, or a machine too busy to answer) it
+// hardly spins, but one wait in probeEvery is tried with all of Max, so
+// it notices when spinning would pay again.
 const minSpin = 20 * time.Microsecond
 
 // A spinner that finds the clock jumped by more than preemptedAfter
-// between two looks was descheduled. An occasional preemption is noise;
-// when more than a quarter of the last spinWindow spins were preempted
-// the machine has more runnable threads than processors, and spinning
-// only takes a processor from the thread that would end the wait: then
-// only one wait in probeEvery spins (to notice when the load passes).
+// between two looks was descheduled: it stops (what it waits for may
+// have come meanwhile), and its spin is no try. Whether spinning pays at
+// all on a machine and load is a Chooser's question (choose.go), not
+// this one's.
+const preemptedAfter = 30 * time.Microsecond
+
+// probeEvery: while few tries catch, one wait in probeEvery is a try.
+const probeEvery = 16
+
+// catchScale is the fixed-point one of Adapt's share of tries that
+// caught their wait; catchShift sets how fast it follows (each try moves
+// it 1/16 of the way).
 const (
-	preemptedAfter = 30 * time.Microsecond
-	spinWindow     = 64
-	probeEvery     = 16
+	catchScale = 1 << 16
+	catchShift = 4
 )
 
-// Adapt learns a typical wait (an exponentially weighted mean of the
-// waits it is told about) and turns it into a spin budget of at most
-// Max. It is safe for concurrent use; concurrent updates may lose one
-// another, which only makes it learn a little slower.
+// Adapt sizes spin budgets from how often spins of up to Max catch what
+// they wait for (see above). It also keeps the mean of the waits it is
+// told about, for diagnostics. It is safe for concurrent use; concurrent
+// updates may lose one another, which only makes it learn a little
+// slower.
 type Adapt struct {
 	mean atomic.Int64 // ns
-	// Spins and the preempted ones in the current window; contended
-	// says the last full window had too many preempted; calls counts
-	// Budget calls, for probing.
-	spins, preempts, calls atomic.Int32
-	contended              atomic.Bool
-	// Max caps the budget; waits longer than it get minSpin/2.
+	// caught is the share of recent tries (spins of at least Max/2 not
+	// preempted) that caught their wait, scaled by catchScale; tried
+	// says there was one (before it, budgets are Max).
+	caught atomic.Int32
+	tried  atomic.Bool
+	// calls counts Budget calls, for probing.
+	calls atomic.Int32
+	// Totals, for Stats.
+	totTries, totCaught, totPreempted atomic.Int64
+	// Max caps the budget.
 	Max time.Duration
 	// Fixed, when set (> 0, or < 0 for no spinning), replaces the
 	// learned budget (the tuning knobs).
 	Fixed time.Duration
+	// Choose, when set, decides whether to spin at all (the budget is 0
+	// while it picks sleeping); the caller tells it how long each wait
+	// took with Took.
+	Choose *Chooser
 }
 
-// Observe records one wait.
+// Took tells a's Chooser, if any, how long one wait took as the caller
+// saw it (to the moment it noticed the end, sleeping or not).
+func (a *Adapt) Took(d time.Duration) {
+	if a.Choose != nil {
+		a.Choose.Observe(d)
+	}
+}
+
+// Observe records one wait, for Mean.
 func (a *Adapt) Observe(d time.Duration) {
 	if d < 0 {
 		return
@@ -59,60 +96,90 @@ func (a *Adapt) Observe(d time.Duration) {
 	a.mean.Store(old + (int64(d)-old)/8)
 }
 
-// Mean is the learned wait.
+// Mean is the mean wait observed (diagnostics).
 func (a *Adapt) Mean() time.Duration { return time.Duration(a.mean.Load()) }
 
-// Budget is how long to spin for a wait expected to be like the ones
-// observed: twice the mean, at least minSpin, and nothing but minSpin/2
-// when the mean is beyond Max (sleeping costs less there).
+// CatchShare is the share of recent tries that caught their wait, 0 to 1
+// (1 before any try; diagnostics).
+func (a *Adapt) CatchShare() float64 {
+	if !a.tried.Load() {
+		return 1
+	}
+	return float64(a.caught.Load()) / catchScale
+}
+
+// Budget is how long to spin for the next wait: Max while at least half
+// of the recent tries caught their wait (or none was made yet), else
+// minSpin/2 but Max for one wait in probeEvery; 0 while its Chooser
+// picks sleeping; a fixed budget if one is set.
 func (a *Adapt) Budget() time.Duration {
 	switch {
 	case a.Fixed > 0:
 		return a.Fixed
 	case a.Fixed < 0:
 		return 0
-	case a.contended.Load() && a.calls.Add(1)%probeEvery != 0:
+	case a.Choose != nil:
+		if a.Choose.Spinning() {
+			return a.Max
+		}
 		return 0
+	case a.tried.Load() && a.caught.Load() < catchScale/2 && a.calls.Add(1)%probeEvery != 0:
+		return min(minSpin/2, a.Max)
 	}
-	m := a.Mean()
-	switch {
-	case m > a.Max:
-		return minSpin / 2
-	case 2*m < minSpin:
-		return minSpin
-	}
-	return min(2*m, a.Max)
+	return a.Max
 }
 
 // NewAdapt returns an Adapt with budgets up to max, which environment
 // variable env may fix: a Go duration, or 0 for no spinning.
 func NewAdapt(env string, max time.Duration) *Adapt {
 	a := &Adapt{Max: max}
+	a.fix(env)
+	return a
+}
+
+// NewChoosing is NewAdapt with a Chooser deciding whether to spin at all
+// (unless env fixes the budget).
+func NewChoosing(env string, max time.Duration) *Adapt {
+	a := &Adapt{Max: max, Choose: &Chooser{}}
+	a.fix(env)
+	return a
+}
+
+func (a *Adapt) fix(env string) {
 	if d := For(env, -1); d > 0 {
 		a.Fixed = d
 	} else if d == 0 {
 		a.Fixed = -1
 	}
-	return a
 }
 
-// Window is what the current window of spins holds so far: how many
-// ended before their budget, and how many of those because the spinner
-// was descheduled (diagnostics and tests).
-func (a *Adapt) Window() (spins, preempted int32) {
-	return a.spins.Load(), a.preempts.Load()
+// Stats is what an Adapt saw so far, for diagnostics: the tries, how
+// many caught their wait, and the spins that were preempted.
+type Stats struct {
+	Tries, Caught, Preempted int64
+	CatchShare               float64
 }
 
-// spun records the end of one spin, preempted or not, and updates
-// contended at the end of each window.
-func (a *Adapt) spun(preempted bool) {
-	if preempted {
-		a.preempts.Add(1)
+// Stats reports what a saw so far.
+func (a *Adapt) Stats() Stats {
+	return Stats{Tries: a.totTries.Load(), Caught: a.totCaught.Load(), Preempted: a.totPreempted.Load(), CatchShare: a.CatchShare()}
+}
+
+// preempted records a spin that was descheduled.
+func (a *Adapt) preempted() { a.totPreempted.Add(1) }
+
+// try records the outcome of one try (a spin of at least Max/2 that was
+// not preempted): whether it caught its wait.
+func (a *Adapt) try(caught bool) {
+	var v int32
+	a.totTries.Add(1)
+	if caught {
+		v = catchScale
+		a.totCaught.Add(1)
 	}
-	if a.spins.Add(1) < spinWindow {
-		return
+	c := a.caught.Load()
+	if !a.tried.Swap(true) {
+		c = catchScale // the first try moves it from all caught
 	}
-	a.contended.Store(a.preempts.Load() > spinWindow/4)
-	a.spins.Store(0)
-	a.preempts.Store(0)
+	a.caught.Store(c + (v-c)>>catchShift)
 }

@@ -24,7 +24,8 @@ type Spinner struct {
 	last      time.Time
 	a         *Adapt
 	n         int
-	preempted bool
+	preempted bool   // descheduled: the clock jumped preemptedAfter
+	try       bool   // a try: its budget was at least a.Max/2 (adapt.go)
 	locked    bool   // never yield (Locked)
 	yield     func() // runtime.Gosched but in tests
 }
@@ -44,14 +45,19 @@ func (sp *Spinner) doYield() {
 	runtime.Gosched()
 }
 
-// New spins for d; a (may be nil) learns of preemptions.
+// New spins for d; a (may be nil) learns of preemptions and, if d is a
+// try (at least a.Max/2), whether the spin caught its wait.
 func New(d time.Duration, a *Adapt) Spinner {
-	now := time.Now()
-	return Spinner{until: now.Add(d), last: now, a: a}
+	return Until(time.Now().Add(d), a)
 }
 
-// Until spins until t; a (may be nil) learns of preemptions.
-func Until(t time.Time, a *Adapt) Spinner { return Spinner{until: t, last: time.Now(), a: a} }
+// Until spins until t; a (may be nil) learns of preemptions and, if the
+// time left is a try (at least a.Max/2), whether the spin caught its
+// wait.
+func Until(t time.Time, a *Adapt) Spinner {
+	now := time.Now()
+	return Spinner{until: t, last: now, a: a, try: a != nil && a.Max > 0 && t.Sub(now) >= a.Max/2}
+}
 
 // Spin reports whether the spin budget lasts; call it once per check.
 // It reads the clock every 128 checks and yields the processor to other
@@ -92,10 +98,17 @@ func (sp *Spinner) lasts() bool {
 }
 
 // Done ends a spin that had a budget, telling its Adapt whether it was
-// preempted.
+// preempted and, for a try, whether it caught its wait: ended before
+// its budget, not descheduled.
 func (sp *Spinner) Done() {
-	if sp.a != nil && sp.until.After(sp.last) {
-		sp.a.spun(sp.preempted)
+	if sp.a == nil {
+		return
+	}
+	switch {
+	case sp.preempted:
+		sp.a.preempted()
+	case sp.try:
+		sp.a.try(sp.until.After(sp.last))
 	}
 }
 

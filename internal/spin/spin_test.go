@@ -8,39 +8,57 @@ import (
 
 const testEnv = "KVCONNECT_TEST_SPIN"
 
+// TestAdaptBudgets: all of Max while at least half of the recent tries
+// caught their wait, hardly anything (but a try now and then) when
+// fewer did, and the tries that catch bring Max back; knobs fix it.
 func TestAdaptBudgets(t *testing.T) {
 	us := time.Microsecond
-	for _, tc := range []struct {
-		name  string
-		waits []time.Duration
-		fixed time.Duration
-		want  time.Duration
-	}{
-		{"nothing learned", nil, 0, minSpin},
-		{"short waits", []time.Duration{2 * us, 3 * us}, 0, minSpin},
-		{"twice the mean", []time.Duration{30 * us}, 0, 60 * us},
-		{"capped", []time.Duration{90 * us}, 0, 100 * us},
-		{"beyond the cap: hardly spin", []time.Duration{5 * time.Millisecond}, 0, minSpin / 2},
-		{"fixed", []time.Duration{5 * time.Millisecond}, 7 * us, 7 * us},
-		{"never", nil, -1, 0},
-		{"negative waits ignored", []time.Duration{-5 * us, 30 * us}, 0, 60 * us},
-	} {
-		a := &Adapt{Max: 100 * us, Fixed: tc.fixed}
-		for _, w := range tc.waits {
-			a.Observe(w)
-		}
-		if got := a.Budget(); got != tc.want {
-			t.Errorf("%s: budget %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	// It follows a change: after long waits, short ones bring it back.
 	a := &Adapt{Max: 100 * us}
-	a.Observe(3 * time.Millisecond)
-	for i := 0; i < 64; i++ {
-		a.Observe(20 * us)
+	if got := a.Budget(); got != 100*us {
+		t.Fatalf("nothing tried: budget %v, want Max", got)
 	}
-	if got := a.Budget(); got > 50*us {
-		t.Errorf("after 64 short waits the budget is %v", got)
+	for range 4 {
+		a.try(false)
+	}
+	if got := a.Budget(); got != 100*us {
+		t.Fatalf("after 4 misses of many catches' worth: budget %v, want Max", got)
+	}
+	for range 16 {
+		a.try(false)
+	}
+	tries := 0
+	for range 10 * probeEvery {
+		switch a.Budget() {
+		case 100 * us:
+			tries++
+		case minSpin / 2:
+		default:
+			t.Fatalf("a budget that is neither a try nor a token spin")
+		}
+	}
+	if tries != 10 {
+		t.Fatalf("mostly missing: %d tries in %d waits, want 10", tries, 10*probeEvery)
+	}
+	for range 16 {
+		a.try(true)
+	}
+	if got := a.Budget(); got != 100*us {
+		t.Fatalf("after 16 catches: budget %v, want Max", got)
+	}
+	if st := a.Stats(); st.Tries != 36 || st.Caught != 16 || st.CatchShare < 0.5 {
+		t.Fatalf("stats %+v, want 36 tries, 16 caught, a share of at least a half", st)
+	}
+
+	a.Fixed = 7 * us
+	for range 32 {
+		a.try(false)
+	}
+	if got := a.Budget(); got != 7*us {
+		t.Errorf("fixed: budget %v, want 7µs", got)
+	}
+	a.Fixed = -1
+	if a.Budget() != 0 {
+		t.Error("a knob of never still spins")
 	}
 	t.Setenv(testEnv, "0")
 	if NewAdapt(testEnv, us).Budget() != 0 {
@@ -50,46 +68,46 @@ func TestAdaptBudgets(t *testing.T) {
 	if NewAdapt(testEnv, us).Budget() != 15*us {
 		t.Error("a knob of 15us is not 15us")
 	}
+	if NewChoosing(testEnv, us).Budget() != 15*us {
+		t.Error("a knob of 15us does not override the Chooser")
+	}
 	t.Setenv(testEnv, "bogus")
-	if NewAdapt(testEnv, 100*us).Budget() != minSpin {
+	if NewAdapt(testEnv, 100*us).Budget() != 100*us {
 		t.Error("a malformed knob is not ignored")
 	}
 }
 
-// TestAdaptContention: when more than a quarter of recent spins were
-// preempted, budgets are 0 but for one probe in probeEvery; a window of
-// clean spins brings spinning back.
-func TestAdaptContention(t *testing.T) {
-	a := &Adapt{Max: 100 * time.Microsecond}
-	for i := 0; i < spinWindow; i++ {
-		a.spun(i%8 == 0) // an eighth preempted: noise
+// TestSpinnerTries: a spin of at least half of Max is a try, caught when
+// it ends before its budget, missed when the budget runs out; a shorter
+// one is none; a descheduled one is counted as such and is no try.
+func TestSpinnerTries(t *testing.T) {
+	a := &Adapt{Max: 20 * time.Millisecond}
+	sp := New(time.Hour, a)
+	sp.Spin()
+	sp.Done() // the caller saw its wait end
+	sp = New(15*time.Millisecond, a)
+	sp.until = time.Now() // as if its budget were spent (it is a try still)
+	if sp.lasts() {
+		t.Fatal("a spin past its budget lasts")
 	}
-	if a.Budget() == 0 {
-		t.Fatal("occasional preemptions stopped spinning")
-	}
-	for i := 0; i < spinWindow; i++ {
-		a.spun(i%2 == 0)
-	}
-	spins := 0
-	for i := 0; i < 10*probeEvery; i++ {
-		if a.Budget() > 0 {
-			spins++
+	sp.preempted = false // whatever this machine did meanwhile
+	sp.Done()
+	sp = New(time.Millisecond, a) // no try
+	sp.Done()
+	sp = New(time.Hour, a)
+	sp.last = sp.last.Add(-time.Millisecond) // as if descheduled since
+	if sp.Spin() {
+		for sp.Spin() {
 		}
 	}
-	if spins != 10 {
-		t.Fatalf("contended: %d of %d budgets spin, want 10", spins, 10*probeEvery)
-	}
-	for i := 0; i < spinWindow; i++ {
-		a.spun(false)
-	}
-	if a.Budget() == 0 {
-		t.Fatal("spinning did not come back after a clean window")
+	sp.Done()
+	if st := a.Stats(); st.Tries != 2 || st.Caught != 1 || st.Preempted != 1 {
+		t.Fatalf("stats %+v; want 2 tries, 1 caught, 1 preempted", st)
 	}
 }
 
 // TestSpinSlowEndsAtItsBudget: a spinner that is not descheduled spins
-// until its time is up, and its Adapt hears of no spin (only spins that
-// ended early count); one that finds the clock jumped (it was
+// until its time is up; one that finds the clock jumped (it was
 // descheduled) stops at once and reports a preemption.
 func TestSpinSlowEndsAtItsBudget(t *testing.T) {
 	until := time.Now().Add(2 * time.Millisecond)
@@ -112,8 +130,8 @@ func TestSpinSlowEndsAtItsBudget(t *testing.T) {
 		t.Fatal("the preemption is not recorded")
 	}
 	sp.Done()
-	if a.spins.Load() != 1 || a.preempts.Load() != 1 {
-		t.Fatalf("Adapt heard of %d spins, %d preempted; want 1, 1", a.spins.Load(), a.preempts.Load())
+	if st := a.Stats(); st.Tries != 0 || st.Preempted != 1 {
+		t.Fatalf("Adapt heard of %d tries, %d preempted; want 0, 1", st.Tries, st.Preempted)
 	}
 }
 

@@ -157,7 +157,7 @@ func (c *grpcClient) openRing(ctx context.Context) {
 		return
 	}
 	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
-		crashed: c.crashed, rtt: spin.NewAdapt(ring.EnvHostSpin, maxPollSpin), yield: runtime.Gosched, used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
+		crashed: c.crashed, rtt: spin.NewChoosing(ring.EnvHostSpin, maxPollSpin), yield: runtime.Gosched, used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
 		space: make(chan struct{}), dead: make(chan struct{}), stopped: make(chan struct{})}
 	c.ring.Store(rc)
 	go rc.watch(c.exited)
@@ -232,7 +232,7 @@ func (rc *ringClient) close() {
 		rc.users.Wait()
 		rc.log.Debug("ring closed", zap.Int64("batches", rc.stats.batches.Load()), zap.Int64("caught_spinning", rc.stats.caught.Load()),
 			zap.Int64("slept", rc.stats.slept.Load()), zap.Int64("woken", rc.stats.woken.Load()), zap.Int64("handoffs", rc.stats.handoffs.Load()),
-			zap.Duration("mean_round_trip", rc.rtt.Mean()))
+			zap.Duration("mean_round_trip", rc.rtt.Mean()), zap.Any("spin", rc.rtt.Stats()), zap.Any("choice", rc.rtt.Choose.Choice()))
 		rc.seg.Close()
 	})
 }
@@ -560,6 +560,7 @@ func (rc *ringClient) complete(c ring.Comp) error {
 		rc.rtt.Observe(time.Duration(posted))
 	}
 	if b.results != nil {
+		rc.rtt.Took(time.Since(b.start))
 		plugins.FillResults(b.results, nil)
 		if c.NRec != 0 || c.Flags&ring.FlagBatchError != 0 {
 			if perr := rc.failures(b, c); perr != nil {

@@ -178,7 +178,9 @@ func (c *conn) readOwn(ctx context.Context) {
 	_, _, err := c.readOne(false)
 	c.fr.spinUntil = time.Time{}
 	if err == nil {
-		c.p.rtt.Observe(time.Since(start))
+		took := time.Since(start)
+		c.p.rtt.Observe(took)
+		c.p.rtt.Took(took)
 	}
 	switch c.fr.spun {
 	case spunCaught:
@@ -463,7 +465,7 @@ func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 	if name == "" {
 		name = addr
 	}
-	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections, rtt: spin.NewAdapt(EnvLoneSpin, maxLoneSpin),
+	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections, rtt: spin.NewChoosing(EnvLoneSpin, maxLoneSpin),
 		conns: make([]*conn, t.opts.Connections), redial: make([]sync.Mutex, t.opts.Connections)}
 }
 

@@ -62,8 +62,8 @@ func TestReadSpin(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("a stopped spin went on past its read deadline")
 	}
-	if spins, preempted := ad.Window(); spins != 1 || preempted != 0 {
-		t.Fatalf("the stopped spin told its Adapt of %d spins, %d descheduled; want 1 spin, ended by the stop", spins, preempted)
+	if st := ad.Stats(); st.Tries != 1 || st.Preempted != 0 {
+		t.Fatalf("the stopped spin told its Adapt of %d tries, %d descheduled; want 1 try, ended by the stop", st.Tries, st.Preempted)
 	}
 }
 

@@ -1,0 +1,117 @@
+package spin
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Whether spinning pays is not a property of the code but of the
+// machine and its load, and no signal a spinner sees on its own tells
+// the cases apart. On a quiet 2-vCPU VM a spinning host keeps one vCPU
+// busy, its plugin and the peer share the other, no wake-up lands on a
+// halted vCPU, and a 4 KiB op through the tcp plugin takes 14 µs; if the
+// host sleeps instead, the scheduler packs every process onto the one
+// vCPU that is awake (waking a halted one costs tens of microseconds
+// there), the host's next spin is preempted by its own plugin, and the
+// op takes 100 µs or more. With two busy loops beside it the same holds
+// (17 against 66–81 µs). With six, spinning only takes the processor the
+// other side needs: 122–131 µs spinning against 26–52 µs asleep. A
+// spinner is preempted in the first and the last case alike.
+//
+// So a Chooser measures: it runs the waits in epochs of chooseEpoch,
+// each either spinning (the Adapt's budget) or sleeping at once, and
+// keeps the one whose epochs the caller saw end sooner, comparing the
+// epochs' medians (busy neighbours make the waits' tail long and its
+// median noise). The first chooseSettle waits of an epoch are not counted:
+// a change of way takes a few waits to show (the scheduler moves the
+// processes). Every so often an epoch tries the other way (every
+// exploreMin epochs after a switch, backing off to every exploreMax while
+// the other keeps losing), and a switch needs the other to be clearly
+// faster (switchBelow).
+const (
+	chooseEpoch  = 64
+	chooseSettle = 16
+	exploreMin   = 4
+	exploreMax   = 64
+)
+
+// switchBelow is how much faster (the ratio of epoch medians) the other
+// way must have been for a Chooser to take it.
+const switchBelow = 0.85
+
+// Chooser picks, epoch by epoch, whether waits spin or sleep, keeping
+// the way whose waits end sooner (see above). The zero value spins
+// first. It is safe for concurrent use (a mutex; one Spinning and one
+// Observe per wait).
+type Chooser struct {
+	mu      sync.Mutex
+	sleep   bool // the way kept: sleep (true) or spin
+	explore bool // this epoch tries the other way
+	n       int  // waits observed in this epoch
+	waits   [chooseEpoch - chooseSettle]time.Duration
+	kept    time.Duration // the median of the last epoch of the way kept
+	epochs  int           // epochs since the last try of the other way
+	every   int           // try the other way every this many epochs
+	// switches counts changes of the way kept (diagnostics).
+	switches int
+}
+
+// Spinning reports whether the current wait should spin.
+func (c *Chooser) Spinning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sleep == c.explore
+}
+
+// Observe records how long one wait took, as its caller saw it (from the
+// start of what it waited for until it noticed the end), for the epoch
+// in progress.
+func (c *Chooser) Observe(d time.Duration) {
+	if d < 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= chooseSettle {
+		c.waits[c.n-chooseSettle] = d
+	}
+	if c.n++; c.n < chooseEpoch {
+		return
+	}
+	c.n = 0
+	slices.Sort(c.waits[:])
+	median := c.waits[len(c.waits)/2]
+	if c.every == 0 {
+		c.every = exploreMin
+	}
+	if c.explore {
+		c.explore, c.epochs = false, 0
+		if c.kept > 0 && float64(median) < switchBelow*float64(c.kept) {
+			c.sleep, c.kept, c.every = !c.sleep, median, exploreMin
+			c.switches++
+			return
+		}
+		c.every = min(2*c.every, exploreMax)
+		return
+	}
+	c.kept = median
+	if c.epochs++; c.epochs >= c.every {
+		c.explore = true
+	}
+}
+
+// Choice is what a Chooser holds now (diagnostics): whether it spins,
+// the last epoch's median wait that way, and how often it switched.
+type Choice struct {
+	Spinning bool
+	Median   time.Duration
+	Switches int
+}
+
+// Choice reports what c holds now.
+func (c *Chooser) Choice() Choice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Choice{Spinning: !c.sleep, Median: c.kept, Switches: c.switches}
+}
