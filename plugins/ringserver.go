@@ -17,8 +17,8 @@ import (
 )
 
 // A worker that just published a completion spins on the submission
-// queue for the host's next batch, for about twice the host's typical
-// think time (learned: spin.Adapt, at most maxWorkerSpin), before it
+// queue for the host's next batch, for up to maxWorkerSpin while at
+// least half of its recent tries caught one (spin.Adapt), before it
 // leaves: back-to-back batches then cost no wake-up and no goroutine. It
 // does not spin when the host's poller was asleep: the host needs a
 // wake-up before it can submit again, and the processor is better left

@@ -1,8 +1,8 @@
 // Package spin holds bounded busy waits and the budgets that size them:
 // a Spinner waits for something another thread or process will do
-// without sleeping, for a while, and an Adapt learns how long such waits
-// last, to spin a little longer than a typical one and not at all when
-// spinning only takes a processor from whoever would end the wait.
+// without sleeping, for a while; an Adapt sizes its budget from how often
+// such spins catch their wait, and a Chooser measures whether spinning
+// pays at all on this machine and load (adapt.go, choose.go).
 // The shared-memory rings (internal/ring's users) and the tcp
 // transport's lone small op use them.
 package spin

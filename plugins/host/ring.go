@@ -22,11 +22,12 @@ import (
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
-// The goroutine polling the completion queue spins for about twice the
-// batches' typical round trip (learned: spin.Adapt), up to maxPollSpin,
-// before it sleeps on the CQ's futex, so the plugin rarely needs to wake
-// the host; for batches longer than that it hardly spins. It always
-// spins at least pollSpin.
+// The goroutine polling the completion queue spins until maxPollSpin
+// after its batch went in before it sleeps on the CQ's futex, so the
+// plugin rarely needs to wake the host, while spinning pays: a
+// spin.Chooser compares epochs of spinning and of sleeping by the round
+// trips the host saw (docs/DATAPATH.md, eighth round). It always spins
+// at least pollSpin.
 const (
 	pollSpin    = 5 * time.Microsecond
 	maxPollSpin = 100 * time.Microsecond
@@ -471,8 +472,8 @@ func (rc *ringClient) reap() {
 
 // poll dispatches completions until b is done (b nil: until no zombie is
 // left or a waiter can take over), ctx ends or the ring stops: it spins
-// until about twice the typical round trip after b's submission (at
-// least pollSpin), then sleeps on the CQ's futex.
+// until its budget after b's submission (at least pollSpin), then sleeps
+// on the CQ's futex.
 func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 	stop := context.AfterFunc(ctx, func() { rc.r.Wake(ring.CQTail) })
 	defer stop()

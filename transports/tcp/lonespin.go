@@ -7,16 +7,15 @@ import (
 
 // A caller whose lone small op is the only request on its connection
 // reads the response itself (conn.readOwn), and first polls the socket
-// without sleeping for about twice the peer's typical answer time
-// (learned per peer: spin.Adapt), at most maxLoneSpin, before it waits
-// in the runtime's poller. Sleeping there costs a wake-up when the
+// without sleeping for up to maxLoneSpin, before it waits in the
+// runtime's poller, while spinning pays for this peer (measured per
+// peer: a spin.Chooser compares epochs of spinning and of sleeping). Sleeping there costs a wake-up when the
 // answer comes, and on a virtual machine whose idle processor halts
 // that wake-up can cost more than the round trip: 4 KiB single WRITE,
 // nodes in two processes, Intel Xeon VM, p50 44–53 µs sleeping against
-// 16–31 µs polling (docs/DATAPATH.md, sixth round). Spinning stops when
-// the spinner finds it was descheduled (the processor is wanted
-// elsewhere), and stays off while that keeps happening, but for a probe
-// now and then. Only lone ops spin: a batch's responses are read by the
+// 16–31 µs polling (docs/DATAPATH.md, sixth round). A spin stops when
+// the spinner finds it was descheduled; whether to spin at all on a busy
+// machine is the Chooser's measure (eighth round). Only lone ops spin: a batch's responses are read by the
 // connection's reader goroutine, which has others to wake. Nor do the
 // ops of a batch whose completion the plugin host polls already
 // (plugins.CompletionPolled: the transport running as a plugin, its
