@@ -21,13 +21,13 @@ import (
 //
 // So a Chooser measures: it runs the waits in epochs of chooseEpoch,
 // each either spinning (the Adapt's budget) or sleeping at once, and
-// keeps the one whose epochs the caller saw end sooner, comparing the
-// epochs' medians (busy neighbours make the waits' tail long and its
-// median noise). The first chooseSettle waits of an epoch are not counted:
-// a change of way takes a few waits to show (the scheduler moves the
-// processes). Every so often an epoch tries the other way (every
-// exploreMin epochs after a switch, backing off to every exploreMax while
-// the other keeps losing), and a switch needs the other to be clearly
+// keeps the way whose waits the caller saw end sooner. It compares the
+// medians of epochs, not means: busy neighbours make the waits' tail
+// milliseconds long, and a mean of it is noise. The first chooseSettle
+// waits of an epoch are not counted: a change of way takes a few waits
+// to show (the scheduler moves the processes). The other way is tried
+// every exploreMin epochs after a switch, backing off to every
+// exploreMax while it keeps losing, and a switch needs it to be clearly
 // faster (switchBelow).
 const (
 	chooseEpoch  = 64
