@@ -554,9 +554,9 @@ func (rc *ringClient) complete(c ring.Comp) error {
 	if b == nil {
 		return errNotInFlight(c.ID)
 	}
-	// Spin for how long the plugin takes to publish, not for how long
-	// this process took to notice (its own wake-ups would keep it from
-	// ever spinning again). The stamp is the plugin's: only a hint.
+	// The mean time the plugin takes to publish (its stamp: only a
+	// hint) is for diagnostics; whether to spin is decided by the whole
+	// wait as this process saw it, noticing included (Took).
 	if posted := c.Posted - b.start.UnixNano(); posted > 0 && c.Posted <= time.Now().UnixNano() {
 		rc.rtt.Observe(time.Duration(posted))
 	}

@@ -222,6 +222,28 @@ func TestRingPollerOnALockedThreadDoesNotYield(t *testing.T) {
 	}
 }
 
+// TestRingPollerMeasuresItsWaits: the host's poller decides whether to
+// spin from the round trips it saw (spin.Chooser): every batch's wait
+// reaches its Chooser, which has a median after an epoch's worth.
+func TestRingPollerMeasuresItsWaits(t *testing.T) {
+	m := inMemoryRing(t, newBlocking())
+	rc := m.ring.Load()
+	if rc == nil {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	if rc.rtt.Choose == nil {
+		t.Fatal("the poller's spin budget has no Chooser")
+	}
+	for range 2 * 64 {
+		if err := m.Transfer(context.Background(), 1, ops(1), make([]plugins.OpResult, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ch := rc.rtt.Choose.Choice(); ch.Median <= 0 {
+		t.Fatalf("after 128 batches the Chooser has seen no wait: %+v", ch)
+	}
+}
+
 // TestRingsTurnedOff: with KVCONNECT_PLUGIN_RINGS=0 every batch is a
 // Transfer call, and works.
 func TestRingsTurnedOff(t *testing.T) {

@@ -7,20 +7,22 @@ import (
 
 // A caller whose lone small op is the only request on its connection
 // reads the response itself (conn.readOwn), and first polls the socket
-// without sleeping for up to maxLoneSpin, before it waits in the
+// without sleeping, for up to maxLoneSpin, before it waits in the
 // runtime's poller, while spinning pays for this peer (measured per
-// peer: a spin.Chooser compares epochs of spinning and of sleeping). Sleeping there costs a wake-up when the
-// answer comes, and on a virtual machine whose idle processor halts
-// that wake-up can cost more than the round trip: 4 KiB single WRITE,
-// nodes in two processes, Intel Xeon VM, p50 44–53 µs sleeping against
-// 16–31 µs polling (docs/DATAPATH.md, sixth round). A spin stops when
-// the spinner finds it was descheduled; whether to spin at all on a busy
-// machine is the Chooser's measure (eighth round). Only lone ops spin: a batch's responses are read by the
-// connection's reader goroutine, which has others to wake. Nor do the
-// ops of a batch whose completion the plugin host polls already
-// (plugins.CompletionPolled: the transport running as a plugin, its
-// batches coming through a ring): two spinners for one op take both
-// processors of a small machine, and the peer waits for one.
+// peer: a spin.Chooser compares epochs of spinning and of sleeping).
+// Sleeping there costs a wake-up when the answer comes, and on a
+// virtual machine whose idle processor halts that wake-up can cost more
+// than the round trip: 4 KiB single WRITE, nodes in two processes,
+// Intel Xeon VM, p50 44–53 µs sleeping against 16–31 µs polling
+// (docs/DATAPATH.md, sixth round). A spin stops when the spinner finds
+// it was descheduled; whether to spin at all on a busy machine is the
+// Chooser's measure (eighth round). Only lone ops spin: a batch's
+// responses are read by the connection's reader goroutine, which has
+// others to wake. Nor do the ops of a batch whose completion the plugin
+// host polls already (plugins.CompletionPolled: the transport running
+// as a plugin, its batches coming through a ring): two spinners for one
+// op take both processors of a small machine, and the peer waits for
+// one.
 const maxLoneSpin = 100 * time.Microsecond
 
 // EnvLoneSpin is the tuning knob fixing the lone op's spin: a Go
