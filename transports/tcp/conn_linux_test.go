@@ -52,8 +52,16 @@ func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
 				nc := <-first
 				initiator := nc.RemoteAddr()
 				tc.spoil(nc)
+				last := "not looked at"
+				defer func() {
+					if t.Failed() { // what the kernel showed last, for a failure that is rare
+						t.Logf("the initiator's socket %v as /proc/net/tcp showed it last: %s; the target accepted %d connections", initiator, last, accepted.Load())
+					}
+				}()
 				testbin.Eventually(t, "the initiator's socket to take in what its target did", func() bool {
-					return socketSees(t, initiator, tc.name == "unsolicited bytes")
+					var seen bool
+					seen, last = socketSees(t, initiator, tc.name == "unsolicited bytes")
+					return seen
 				})
 				a.MustTransfer(t, peer, op)
 				if n := accepted.Load(); n != 2 {
@@ -68,8 +76,9 @@ func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
 // initiator's end, as the target sees its remote address) has taken in
 // what the target did: it is no longer ESTABLISHED (a FIN or RST
 // arrived), or, with unread set, it holds bytes nobody read. It reads
-// /proc/net/tcp: the kernel's view, no timing involved.
-func socketSees(t *testing.T, addr net.Addr, unread bool) bool {
+// /proc/net/tcp: the kernel's view, no timing involved. line is the
+// socket's line there ("absent" when it is not).
+func socketSees(t *testing.T, addr net.Addr, unread bool) (seen bool, line string) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
@@ -86,11 +95,11 @@ func socketSees(t *testing.T, addr net.Addr, unread bool) bool {
 		}
 		if unread {
 			q := strings.SplitN(fs[4], ":", 2)
-			return len(q) == 2 && strings.TrimLeft(q[1], "0") != ""
+			return len(q) == 2 && strings.TrimLeft(q[1], "0") != "", line
 		}
-		return fs[3] != "01" // TCP_ESTABLISHED
+		return fs[3] != "01", line // TCP_ESTABLISHED
 	}
-	return !unread // gone from the table: reset and unhashed
+	return !unread, "absent" // gone from the table: reset and unhashed
 }
 
 // TestLoneOpGivenUpKeepsTheConnection: a lone small op whose caller gives
