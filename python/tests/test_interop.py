@@ -116,6 +116,13 @@ class ValidatorTest(unittest.TestCase):
         self.assertTrue(any(target), "the validator's blocks landed in the bytearray")
 
 
+# Fixed RPC ports in these tests lie above 17000: an engine without one
+# (and Mooncake's binaries) takes a random free port in 15000-17000, as
+# Mooncake does, so a fixed port in that range collides now and then with
+# a node alive in the same run ("address in use"). Linux's ephemeral
+# ports start at 32768.
+
+
 class EtcdTest(unittest.TestCase):
     def test_two_engines_through_etcd(self):
         support.need_binaries(self)
@@ -125,23 +132,23 @@ class EtcdTest(unittest.TestCase):
         self.addCleanup(b.close)
         self.assertEqual(a.initialize("127.0.0.1", f"etcd://{endpoint}", "tcp", ""), 0, a.last_error())
         # A bare host:port is etcd too, as in Mooncake; b is published under its name.
-        self.assertEqual(b.initialize("127.0.0.1:16555", endpoint, "tcp", ""), 0, b.last_error())
-        self.assertEqual(b.status()["session"], "127.0.0.1:16555")
+        self.assertEqual(b.initialize("127.0.0.1:17555", endpoint, "tcp", ""), 0, b.last_error())
+        self.assertEqual(b.status()["session"], "127.0.0.1:17555")
         buf = bytearray(support.pattern(1 << 20, 5))
         addr = support.buffer_address(buf)
         self.assertEqual(a.register_memory(addr, len(buf)), 0)
         remote = b.allocate_managed_buffer(1 << 20)
         # b publishes its new buffer to etcd a moment later.
-        support.wait_until("b's buffer in etcd", lambda: a.get_first_buffer_address("127.0.0.1:16555") != 0)
-        self.assertEqual(a.get_first_buffer_address("127.0.0.1:16555"), remote)
-        self.assertEqual(a.transfer_sync_write("127.0.0.1:16555", addr, remote, len(buf)), 0, a.last_error())
+        support.wait_until("b's buffer in etcd", lambda: a.get_first_buffer_address("127.0.0.1:17555") != 0)
+        self.assertEqual(a.get_first_buffer_address("127.0.0.1:17555"), remote)
+        self.assertEqual(a.transfer_sync_write("127.0.0.1:17555", addr, remote, len(buf)), 0, a.last_error())
         self.assertEqual(b.read_bytes_from_buffer(remote, len(buf)), bytes(buf))
         # b finds a by the segment name a published: its bare host.
         self.assertEqual(a.status()["session"], "127.0.0.1")
         back = b.allocate_managed_buffer(4096)
         self.assertEqual(b.transfer_sync_read("127.0.0.1", back, addr, 4096), 0, b.last_error())
         self.assertEqual(b.read_bytes_from_buffer(back, 4096), bytes(buf[:4096]))
-        self.assertEqual(a.send_probe("127.0.0.1:16555"), 0)
+        self.assertEqual(a.send_probe("127.0.0.1:17555"), 0)
         self.assertNotEqual(a.transfer_sync_write("no-such-segment", addr, remote, 10), 0)
         self.assertEqual(a.batch_transfer_async_write("no-such-segment", [addr], [remote], [10]), 0)
 
@@ -154,17 +161,17 @@ class MetadataServicesTest(unittest.TestCase):
         a, b = TransferEngine(), TransferEngine()
         self.addCleanup(a.close)
         self.addCleanup(b.close)
-        self.assertEqual(a.initialize("127.0.0.1:16601", meta_a, "tcp", ""), 0, a.last_error())
+        self.assertEqual(a.initialize("127.0.0.1:17601", meta_a, "tcp", ""), 0, a.last_error())
         if metadata_type:
-            rc = b.initialize_ext("127.0.0.1:16602", meta_b, "tcp", "", metadata_type)
+            rc = b.initialize_ext("127.0.0.1:17602", meta_b, "tcp", "", metadata_type)
         else:
-            rc = b.initialize("127.0.0.1:16602", meta_b or meta_a, "tcp", "")
+            rc = b.initialize("127.0.0.1:17602", meta_b or meta_a, "tcp", "")
         self.assertEqual(rc, 0, b.last_error())
         buf = bytearray(support.pattern(64 << 10, 9))
         addr = support.buffer_address(buf)
         self.assertEqual(a.register_memory(addr, len(buf)), 0)
         dst = b.allocate_managed_buffer(len(buf))
-        self.assertEqual(a.transfer_sync_write("127.0.0.1:16602", addr, dst, len(buf)), 0, a.last_error())
+        self.assertEqual(a.transfer_sync_write("127.0.0.1:17602", addr, dst, len(buf)), 0, a.last_error())
         self.assertEqual(b.read_bytes_from_buffer(dst, len(buf)), bytes(buf))
 
     def test_redis(self):
