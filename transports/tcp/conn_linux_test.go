@@ -50,7 +50,7 @@ func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
 				a.MustTransfer(t, peer, op)
 				// The op is answered and its connection idle: spoil it.
 				nc := <-first
-				initiator := nc.RemoteAddr()
+				initiator, target := nc.RemoteAddr(), nc.LocalAddr()
 				tc.spoil(nc)
 				last := "not looked at"
 				defer func() {
@@ -60,7 +60,7 @@ func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
 				}()
 				testbin.Eventually(t, "the initiator's socket to take in what its target did", func() bool {
 					var seen bool
-					seen, last = socketSees(t, initiator, tc.name == "unsolicited bytes")
+					seen, last = socketSees(t, initiator, target, tc.name == "unsolicited bytes")
 					return seen
 				})
 				a.MustTransfer(t, peer, op)
@@ -72,25 +72,26 @@ func TestIdleConnectionTheTargetSpoiledIsReplaced(t *testing.T) {
 	}
 }
 
-// socketSees reports whether the socket at local address addr (the
-// initiator's end, as the target sees its remote address) has taken in
-// what the target did: it is no longer ESTABLISHED (a FIN or RST
-// arrived), or, with unread set, it holds bytes nobody read. It reads
-// /proc/net/tcp: the kernel's view, no timing involved. line is the
-// socket's line there ("absent" when it is not).
-func socketSees(t *testing.T, addr net.Addr, unread bool) (seen bool, line string) {
+// socketSees reports whether the socket at local address addr connected
+// to remote (the initiator's end, as the target sees it: its remote and
+// local addresses) has taken in what the target did: it is no longer
+// ESTABLISHED (a FIN or RST arrived), or, with unread set, it holds
+// bytes nobody read. It reads /proc/net/tcp: the kernel's view, no
+// timing involved. Both ends must match: on a busy host the same local
+// port is often in TIME-WAIT from an earlier connection elsewhere
+// (loopback reuses such ports at once). line is the socket's line there
+// ("absent" when it is not).
+func socketSees(t *testing.T, addr, remote net.Addr, unread bool) (seen bool, line string) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		t.Skipf("cannot read /proc/net/tcp: %v", err)
 	}
-	ta := addr.(*net.TCPAddr)
-	ip := ta.IP.To4()
-	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
+	local, peer := procNetAddr(addr), procNetAddr(remote)
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		// sl local_address rem_address st tx_queue:rx_queue ...
 		fs := strings.Fields(line)
-		if len(fs) < 5 || fs[1] != local {
+		if len(fs) < 5 || fs[1] != local || fs[2] != peer {
 			continue
 		}
 		if unread {
@@ -100,6 +101,14 @@ func socketSees(t *testing.T, addr net.Addr, unread bool) (seen bool, line strin
 		return fs[3] != "01", line // TCP_ESTABLISHED
 	}
 	return !unread, "absent" // gone from the table: reset and unhashed
+}
+
+// procNetAddr is an IPv4 address as /proc/net/tcp writes it: the
+// address's bytes in host order (little-endian here), then the port, hex.
+func procNetAddr(addr net.Addr) string {
+	ta := addr.(*net.TCPAddr)
+	ip := ta.IP.To4()
+	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
 }
 
 // TestLoneOpGivenUpKeepsTheConnection: a lone small op whose caller gives
