@@ -108,10 +108,11 @@ func (a *Adapt) CatchShare() float64 {
 	return float64(a.caught.Load()) / catchScale
 }
 
-// Budget is how long to spin for the next wait: Max while at least half
-// of the recent tries caught their wait (or none was made yet), else
-// minSpin/2 but Max for one wait in probeEvery; 0 while its Chooser
-// picks sleeping; a fixed budget if one is set.
+// Budget is how long to spin for the next wait: a fixed budget if one is
+// set; with a Chooser, Max while it picks spinning and 0 while it picks
+// sleeping; else Max while at least half of the recent tries caught
+// their wait (or none was made yet), minSpin/2 otherwise but Max for one
+// wait in probeEvery.
 func (a *Adapt) Budget() time.Duration {
 	switch {
 	case a.Fixed > 0:
