@@ -25,8 +25,10 @@ import (
 // transport's op) or through a relay process (the plugin) it wakes, and
 // that wakes it back, through shared memory: waiting on a futex in a
 // goroutine (as the rings do) or on an eventfd in Go's network poller
-// (the alternative, measured): relay-<how the relay waits for the
-// host>-<how the host waits for the relay>. The relay adds two
+// (the alternative, measured), or spinning on the word for up to
+// relaySpin first and then on the futex (the rings while spinning pays):
+// relay-<how the relay waits for the host>-<how the host waits for the
+// relay>. The relay adds two
 // cross-process wake-ups to the two of the TCP round trip; the ratio
 // relay/direct is what the plugin's target (1.3) is measured against
 // (docs/DATAPATH.md):
@@ -34,6 +36,10 @@ import (
 //	go test -run '^$' -bench RelayFloor -benchtime 3s ./internal/ring
 
 const relayReq, relayResp = 4096, 16
+
+// relaySpin is how long a "spin" side polls the word before it sleeps on
+// the futex: the rings' spin cap (maxWorkerSpin, the host's Chooser).
+const relaySpin = 100 * time.Microsecond
 
 // relayEcho is the target: it answers each request on the connection
 // fd 3 carries.
@@ -61,10 +67,22 @@ type relayWaker struct {
 	word *uint32
 	ev   *os.File // the waiting side's, or nil
 	evFD int      // the signaling side's, or -1
+	spin bool     // the waiting side polls the word for relaySpin first
 }
 
 func (w relayWaker) wait(seen uint32) uint32 {
 	var buf [8]byte
+	if w.spin {
+		end := time.Now().Add(relaySpin)
+		for i := 0; ; i++ {
+			if v := atomic.LoadUint32(w.word); v != seen {
+				return v
+			}
+			if i%64 == 63 && time.Now().After(end) {
+				break
+			}
+		}
+	}
 	for {
 		if v := atomic.LoadUint32(w.word); v != seen {
 			return v
@@ -87,23 +105,24 @@ func (w relayWaker) post(v uint32) {
 }
 
 // relayKinds says how the relay waits for the host (ping) and the host
-// for the relay (pong): mode is relay-<ping>-<pong>.
-func relayKinds(mode string) (pingEvent, pongEvent bool) {
-	var a, b string
-	fmt.Sscanf(strings.ReplaceAll(mode, "-", " "), "relay %s %s", &a, &b)
-	return a == "event", b == "event"
+// for the relay (pong): mode is relay-<ping>-<pong>, each futex, event or
+// spin.
+func relayKinds(mode string) (ping, pong string) {
+	fmt.Sscanf(strings.ReplaceAll(mode, "-", " "), "relay %s %s", &ping, &pong)
+	return ping, pong
 }
 
 // relayWakers maps the words (fd 3) and uses the eventfds (fds 4 and 5)
 // a mode needs: the relay waits on ping and signals pong.
 func relayWakers(mode string) (ping, pong relayWaker) {
 	p, q, _ := floorWords(3)
-	ping, pong = relayWaker{word: p, evFD: -1}, relayWaker{word: q, evFD: -1}
-	pingEv, pongEv := relayKinds(mode)
-	if pingEv {
+	pingKind, pongKind := relayKinds(mode)
+	ping = relayWaker{word: p, evFD: -1, spin: pingKind == "spin"}
+	pong = relayWaker{word: q, evFD: -1}
+	if pingKind == "event" {
 		ping.ev = os.NewFile(4, "ping") // non-blocking: the poller watches it
 	}
-	if pongEv {
+	if pongKind == "event" {
 		pong.evFD = 5
 	}
 	return ping, pong
@@ -166,7 +185,8 @@ func startChild(b *testing.B, mode string, files ...*os.File) *exec.Cmd {
 }
 
 func BenchmarkRelayFloor(b *testing.B) {
-	for _, mode := range []string{"direct", "relay-futex-futex", "relay-event-event", "relay-event-futex", "relay-futex-event"} {
+	for _, mode := range []string{"direct", "relay-futex-futex", "relay-event-event", "relay-event-futex", "relay-futex-event",
+		"relay-spin-spin", "relay-spin-futex", "relay-futex-spin"} {
 		b.Run(mode, func(b *testing.B) {
 			toTarget, targetEnd := socketPair(b)
 			echo := startChild(b, "echo", targetEnd)
@@ -202,12 +222,12 @@ func BenchmarkRelayFloor(b *testing.B) {
 			pongFile.Close()
 			p, q, mem := floorWords(fd)
 			defer unix.Munmap(mem)
-			ping, pong := relayWaker{word: p, evFD: -1}, relayWaker{word: q, evFD: -1}
-			pingEv, pongEv := relayKinds(mode)
-			if pingEv {
+			pingKind, pongKind := relayKinds(mode)
+			ping, pong := relayWaker{word: p, evFD: -1}, relayWaker{word: q, evFD: -1, spin: pongKind == "spin"}
+			if pingKind == "event" {
 				ping.evFD = pingFD
 			}
-			if pongEv {
+			if pongKind == "event" {
 				pong.ev = os.NewFile(uintptr(pongFD), "pong") // the poller watches it
 				defer pong.ev.Close()
 			} else {
