@@ -209,7 +209,10 @@ func TestHTTPRestart(t *testing.T) {
 	m.restart(true, ServerOptions{})
 	testbin.Eventually(t, "republished", func() bool { code, _ := m.get("mooncake/ram/n1"); return code == 200 })
 	testbin.Eventually(t, "connected", func() bool { return a.Status().Connected })
-	if st := a.Status(); st.Republishes < 1 || st.Outages != 1 {
+	// The counters move after the PUT that brought the node back has
+	// returned, a moment after the server holds the key: wait for them.
+	testbin.Eventually(t, "the republish counted", func() bool { return a.Status().Republishes >= 1 })
+	if st := a.Status(); st.Outages != 1 {
 		t.Errorf("status %+v", st.Counters)
 	}
 	if n := logs.FilterMessageSnippet("metadata service lost").Len(); n != 1 {
