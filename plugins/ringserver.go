@@ -19,10 +19,18 @@ import (
 // A worker that just published a completion spins on the submission
 // queue for the host's next batch, for up to maxWorkerSpin while at
 // least half of its recent tries caught one (spin.Adapt), before it
-// leaves: back-to-back batches then cost no wake-up and no goroutine. It
-// does not spin when the host's poller was asleep: the host needs a
-// wake-up before it can submit again, and the processor is better left
-// to it.
+// leaves: back-to-back batches then cost no wake-up and no goroutine.
+//
+// It spins whether or not the host's poller was awake to see the
+// completion. It used not to when the host slept (the host needs a
+// wake-up before it can submit again, and the processor seemed better
+// left to it), but that made sleeping a trap: a host asleep for one op
+// found the plugin asleep for its next, whose wake-up made the host's
+// next spin miss too, and a run stayed in that state (4 KiB single
+// WRITE through the tcp plugin, AMD EPYC VM, 2 vCPUs: p50 38–111 µs
+// from run to run, against 36–40 µs spinning either way;
+// docs/DATAPATH.md, tenth round). The host wakes on the other
+// processor, or preempts this spin, which then stops.
 const maxWorkerSpin = 50 * time.Microsecond
 
 // ringStopWait bounds how long stop waits for batches whose Transfer
@@ -273,7 +281,7 @@ func (s *ringServer) serve(j job, inline bool) {
 	var buf [4]job
 	for {
 		j.inline, j.tail = inline, s.r.Load(ring.SQTail)
-		hostAwake := s.run(j)
+		s.run(j)
 		if !inline { // the sleeper's run raised it (publish)
 			s.r.Add(ring.SQSpin, 1)
 		}
@@ -282,12 +290,8 @@ func (s *ringServer) serve(j job, inline bool) {
 			s.r.Add(ring.SQSpin, -1)
 			return
 		}
-		budget := s.gap.Budget()
-		if !hostAwake {
-			budget = 0
-		}
 		jobs := buf[:0]
-		sp := spin.New(budget, s.gap)
+		sp := spin.New(s.gap.Budget(), s.gap)
 		for sp.Spin() && !s.stopping.Load() {
 			if s.r.Load(ring.SQTail) != s.seen.Load() {
 				if jobs = s.claim(jobs); len(jobs) > 0 {
@@ -316,9 +320,8 @@ func (s *ringServer) serve(j job, inline bool) {
 	}
 }
 
-// run runs one batch and publishes its completion. It reports whether
-// the host's poller was awake to see it (worth spinning for its next).
-func (s *ringServer) run(j job) (hostAwake bool) {
+// run runs one batch and publishes its completion.
+func (s *ringServer) run(j job) {
 	e := j.sub
 	defer func() {
 		j.cancel()
@@ -330,11 +333,13 @@ func (s *ringServer) run(j job) (hostAwake bool) {
 	}()
 	if j.bad != nil {
 		s.log.Warn("refusing a malformed ring submission", zap.Error(j.bad))
-		return s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
+		s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
+		return
 	}
 	area, err := ring.AreaAt(s.r.Arena(), e.Area, int(e.NOps))
 	if err != nil { // CheckSub said it fits
-		return s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(err), BatchMsg: ring.NoMsg})
+		s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(err), BatchMsg: ring.NoMsg})
+		return
 	}
 	n := area.Len()
 	ops := make([]Op, n)
@@ -350,26 +355,25 @@ func (s *ringServer) run(j job) (hostAwake bool) {
 		// could see its completion: another host thread submits.
 		s.sawConcurrency()
 	}
-	return s.publish(j, ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
+	s.publish(j, ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
 }
 
 // publish posts j's completion. The sleeper, running j itself, first
 // raises SQSpin and then drops SQBusy: the host, woken by the completion,
 // may submit its next batch at once, and finds the SQ watched without
 // waking the standby for it.
-func (s *ringServer) publish(j job, c ring.Comp) (hostAwake bool) {
+func (s *ringServer) publish(j job, c ring.Comp) {
 	if j.inline {
 		s.r.Add(ring.SQSpin, 1)
 		s.r.Store(ring.SQBusy, 0)
 	}
-	return s.post(c)
+	s.post(c)
 }
 
 // post publishes a completion, waiting while the CQ is full (the host
 // bounds its batches in flight by the CQ's size, so only a host that
-// stopped reading fills it). It reports whether the host's poller was
-// awake.
-func (s *ringServer) post(c ring.Comp) (hostAwake bool) {
+// stopped reading fills it).
+func (s *ringServer) post(c ring.Comp) {
 	s.postMu.Lock()
 	for {
 		used := s.cqTail - s.r.Load(ring.CQHead)
@@ -379,11 +383,11 @@ func (s *ringServer) post(c ring.Comp) (hostAwake bool) {
 		if used > s.l.CQEntries {
 			s.postMu.Unlock()
 			s.fail(fmt.Errorf("plugin ring: the host consumed completions that were never published (CQ head %d, tail %d): %w", s.r.Load(ring.CQHead), s.cqTail, errdefs.ErrProtocol))
-			return false
+			return
 		}
 		if s.stopping.Load() {
 			s.postMu.Unlock()
-			return false
+			return
 		}
 		s.postMu.Unlock()
 		time.Sleep(50 * time.Microsecond) // the host is behind: rare
@@ -394,7 +398,7 @@ func (s *ringServer) post(c ring.Comp) (hostAwake bool) {
 	s.cqTail++
 	s.r.Store(ring.CQTail, s.cqTail)
 	s.postMu.Unlock()
-	hostAwake = s.r.Load(ring.CQIdle) == 0
+	hostAwake := s.r.Load(ring.CQIdle) == 0
 	s.r.NotifyCQ()
 	// The host's think time is learned from completions it was awake
 	// for: the others' gaps hold its wake-up, which no spin catches.
@@ -403,7 +407,6 @@ func (s *ringServer) post(c ring.Comp) (hostAwake bool) {
 	} else {
 		s.lastPost.Store(0)
 	}
-	return hostAwake
 }
 
 // fail stops serving the ring after the host broke its protocol; the

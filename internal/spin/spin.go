@@ -16,7 +16,7 @@ import (
 
 // Spinner is a bounded busy wait: Spin reports whether to keep spinning,
 // yielding the processor now and then so other goroutines run. When it
-// finds it was descheduled it stops. Its Adapt, if any, learns how many
+// finds it was descheduled it stops (unless KeepOnPreempt). Its Adapt, if any, learns how many
 // spins were: call Done after the loop. The zero value is unusable; make
 // one with NewSpinner or SpinUntil.
 type Spinner struct {
@@ -27,12 +27,22 @@ type Spinner struct {
 	preempted bool   // descheduled: the clock jumped preemptedAfter
 	try       bool   // a try: its budget was at least a.Max/2 (adapt.go)
 	locked    bool   // never yield (Locked)
+	keepOn    bool   // spin on when descheduled (KeepOnPreempt)
 	yield     func() // runtime.Gosched but in tests
 }
 
 // Locked makes the spinner never yield the processor: its goroutine is
 // locked to its OS thread (see WithoutYield).
 func (sp *Spinner) Locked() { sp.locked = true }
+
+// KeepOnPreempt makes the spinner go on to its budget when it finds it
+// was descheduled, rather than stop. Whoever ran meanwhile has had the
+// processor; what the spinner waits for may be about to come, and
+// sleeping now would cost a wake-up then. The preemption still counts
+// (its Adapt learns of it, and the spin is no try). For a spinner whose
+// budget is bounded from the start of what it waits for, as the host's
+// poller's is from its batch's submission.
+func (sp *Spinner) KeepOnPreempt() { sp.keepOn = true }
 
 func (sp *Spinner) doYield() {
 	if sp.locked {
@@ -91,7 +101,9 @@ func (sp *Spinner) lasts() bool {
 	now := time.Now()
 	if now.Sub(sp.last) > preemptedAfter {
 		sp.preempted = true
-		return false
+		if !sp.keepOn {
+			return false
+		}
 	}
 	sp.last = now
 	return now.Before(sp.until)

@@ -135,6 +135,28 @@ func TestSpinSlowEndsAtItsBudget(t *testing.T) {
 	}
 }
 
+// TestKeepOnPreempt: a spinner told to keep on spins past a preemption
+// to its budget, and the preemption still counts (no try).
+func TestKeepOnPreempt(t *testing.T) {
+	a := &Adapt{Max: time.Second}
+	until := time.Now().Add(2 * time.Millisecond)
+	sp := Until(until, a)
+	sp.KeepOnPreempt()
+	sp.last = sp.last.Add(-time.Millisecond) // as if it had been off a processor since
+	if !sp.SpinSlow() {
+		t.Fatal("a spinner told to keep on stopped at its preemption")
+	}
+	for sp.SpinSlow() {
+	}
+	if time.Now().Before(until) {
+		t.Fatal("stopped before its budget")
+	}
+	sp.Done()
+	if st := a.Stats(); st.Tries != 0 || st.Preempted != 1 {
+		t.Fatalf("Adapt heard of %d tries, %d preempted; want 0, 1", st.Tries, st.Preempted)
+	}
+}
+
 // TestLockedSpinnerNeverYields: a spinner yields its processor every so
 // many checks, but not when its goroutine is locked to its thread.
 func TestLockedSpinnerNeverYields(t *testing.T) {
