@@ -73,9 +73,7 @@ transports.tcp.connections=8, ...). Flags may also be written Mooncake's
 way, with underscores (--block_size). With --suite, --duration, --warmup,
 --buffer-size, --block-size and --operation have suite defaults (1s, 200ms,
 threads x batch x the largest block, 16KiB,64KiB,1MiB, write,read) and the last
-two take comma-separated lists. The single 4KiB op's latency cells warm
-up for 1s (or --warmup, if longer): a small-op stream takes about that
-long to settle on a VM.
+two take comma-separated lists.
 A live progress line goes to a terminal's stderr; nothing when piped.`,
 		Example: `  kvconnect bench --operation write --block-size 1MiB --duration 5s
   kvconnect bench --mode target --rpc-port 15001 --buffer-size 1GiB

@@ -212,9 +212,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 	if len(res.Latency) > 0 {
 		bs := units.FormatSize(uint64(res.Latency[0].BlockSize))
 		p("## Single %s WRITE latency (%s)\n\n", bs, variantLatencyNote)
-		p("Each batch is one %s WRITE, submitted and waited for by one thread: the round trip an op pays. Medians over rounds of each round's p50 and p99. "+
-			"Each of these measurements runs after a %s warmup, every variant alike: a small-op stream takes about a second to reach its steady state on a VM "+
-			"(the first second after 200 ms of warm-up ran 1.2–1.4x slower, in-process and through the plugin; docs/DATAPATH.md, tenth round).\n\n", bs, res.LatencyWarmup)
+		p("Each batch is one %s WRITE, submitted and waited for by one thread: the round trip an op pays. Medians over rounds of each round's p50 and p99.\n\n", bs)
 		p("\"p50 / in-process\" and \"ops/s / Mooncake pooled\" are medians over rounds of ratios within a round (Mooncake's bench reports no distribution: its latency is the mean batch time, so its p50 is compared as that mean).\n\n")
 		inproc, pooled, floor := latencyCell(res, VariantTCPInProc), latencyCell(res, VariantMCPtoMC), latencyCell(res, VariantFloorC)
 		inproc2 := latencyCell(res, VariantTCPInProc2P)

@@ -62,19 +62,17 @@ type FallbackTiming struct {
 
 // SuiteResult is everything a suite measured.
 type SuiteResult struct {
-	Machine  Machine `json:"machine"`
-	Command  string  `json:"command"`
-	Rounds   int     `json:"rounds"`
-	Duration string  `json:"duration_per_measurement"`
-	Warmup   string  `json:"warmup"`
-	// LatencyWarmup is the single-op latency cells' warm-up.
-	LatencyWarmup string          `json:"latency_warmup"`
-	Threads       int             `json:"threads"`
-	BatchSize     int             `json:"batch_size"`
-	BufferSize    int             `json:"buffer_size"`
-	Conns         int             `json:"connections"`
-	Unit          string          `json:"unit"`
-	Variants      []VariantStatus `json:"variants"`
+	Machine    Machine         `json:"machine"`
+	Command    string          `json:"command"`
+	Rounds     int             `json:"rounds"`
+	Duration   string          `json:"duration_per_measurement"`
+	Warmup     string          `json:"warmup"`
+	Threads    int             `json:"threads"`
+	BatchSize  int             `json:"batch_size"`
+	BufferSize int             `json:"buffer_size"`
+	Conns      int             `json:"connections"`
+	Unit       string          `json:"unit"`
+	Variants   []VariantStatus `json:"variants"`
 	// Baseline is the variant ratios are taken to.
 	Baseline string  `json:"baseline"`
 	Cells    []*Cell `json:"cells"`

@@ -33,16 +33,6 @@ type SuiteOptions struct {
 	// LatencyBlock is the block size of the single-op latency cell
 	// (batch 1, 1 thread, WRITE).
 	LatencyBlock int
-	// LatencyWarmup runs before each single-op latency measurement, for
-	// every variant alike; never less than Warmup (DefaultSuiteOptions:
-	// 1 s). It is longer than Warmup because a small-op stream takes
-	// about a second to reach its steady state on a VM (the scheduler
-	// and the hypervisor learn its wake-ups): on an AMD EPYC VM, 2
-	// vCPUs, the p50 of 1 s after 200 ms of warm-up was 52.5 µs through
-	// the tcp plugin and 37.5 µs in-process, against 37.1 and 30.8 µs
-	// after 3 s (docs/DATAPATH.md, tenth round). Deployed nodes stream
-	// for hours: the steady state is what they see.
-	LatencyWarmup time.Duration
 	// FallbackSamples is how many times per round connector.New with
 	// protocol rdma (falling back to tcp) is timed.
 	FallbackSamples int
@@ -81,7 +71,7 @@ func DefaultSuiteOptions() SuiteOptions {
 	return SuiteOptions{
 		Rounds: 5, Duration: time.Second, Warmup: 200 * time.Millisecond, Threads: 4, BatchSize: 128,
 		BlockSizes: []int{16 << 10, 64 << 10, 1 << 20}, Ops: []Operation{Write, Read},
-		LatencyBlock: 4 << 10, LatencyWarmup: time.Second, FallbackSamples: 2,
+		LatencyBlock: 4 << 10, FallbackSamples: 2,
 	}
 }
 
@@ -108,7 +98,6 @@ func (o *SuiteOptions) setDefaults() {
 	if o.LatencyBlock == 0 {
 		o.LatencyBlock = d.LatencyBlock
 	}
-	o.LatencyWarmup = max(o.LatencyWarmup, o.Warmup)
 	if o.BufferSize == 0 {
 		// Enough that no batch moves the same block twice (see layout),
 		// within reason.
@@ -149,7 +138,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 	began := time.Now()
 	r := &suiteRun{ctx: ctx, o: &o, cells: map[cellKey]*Cell{}, failed: map[int]string{},
 		res: &SuiteResult{Machine: DescribeMachine(), Command: o.Command, Rounds: o.Rounds, Duration: o.Duration.String(),
-			Warmup: o.Warmup.String(), LatencyWarmup: o.LatencyWarmup.String(), Threads: o.Threads, BatchSize: o.BatchSize, BufferSize: o.BufferSize, Conns: conns,
+			Warmup: o.Warmup.String(), Threads: o.Threads, BatchSize: o.BatchSize, BufferSize: o.BufferSize, Conns: conns,
 			Unit: Unit, PluginVsInProcess: map[string]summary{}}}
 	defer r.closeAll()
 	if err := r.start(append(o.variants(conns), o.extra...)); err != nil {
@@ -281,7 +270,7 @@ func (r *suiteRun) layout() {
 			}
 		}
 	}
-	r.latency = Workload{Op: Write, BlockSize: o.LatencyBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.LatencyWarmup}
+	r.latency = Workload{Op: Write, BlockSize: o.LatencyBlock, BatchSize: 1, Threads: 1, Duration: o.Duration, Warmup: o.Warmup}
 	for i, l := range r.live {
 		switch res.Variants[l.idx].Name {
 		case VariantTCPMetrics:
