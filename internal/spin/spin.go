@@ -16,9 +16,9 @@ import (
 
 // Spinner is a bounded busy wait: Spin reports whether to keep spinning,
 // yielding the processor now and then so other goroutines run. When it
-// finds it was descheduled it stops (unless KeepOnPreempt). Its Adapt, if any, learns how many
-// spins were: call Done after the loop. The zero value is unusable; make
-// one with NewSpinner or SpinUntil.
+// finds it was descheduled it stops (unless KeepOnPreempt). Its Adapt,
+// if any, learns how many spins were: call Done after the loop. The zero
+// value is unusable; make one with New or Until.
 type Spinner struct {
 	until     time.Time
 	last      time.Time
