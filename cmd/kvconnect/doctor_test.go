@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
@@ -64,6 +65,17 @@ func TestDoctorJSON(t *testing.T) {
 	}
 	if rep.Host.Hostname == "" || len(rep.Host.Addresses) == 0 || !rep.Host.RPCPortOK {
 		t.Errorf("host %+v", rep.Host)
+	}
+	// Shared memory's huge page setting, as the kernel says it, and a
+	// warning exactly when regions cannot have huge pages.
+	if setting, huge, ok := shm.ShmemHuge(); ok {
+		warned := false
+		for _, w := range rep.Host.Warnings {
+			warned = warned || strings.Contains(w, shm.ShmemHugeFile)
+		}
+		if rep.Host.ShmemHuge != setting || warned == huge {
+			t.Errorf("shmem_huge_pages %q (kernel: %q), warned %v, want a warning only when regions get no huge pages: %q", rep.Host.ShmemHuge, setting, warned, rep.Host.Warnings)
+		}
 	}
 }
 

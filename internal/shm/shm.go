@@ -21,6 +21,10 @@ const MaxSize = 1 << 40
 // address (the arena of caller memory puts pages at their address).
 const MaxOffset = 1 << 57
 
+// ShmemHugeFile is where Linux says whether shared memory (memfds, tmpfs)
+// may use transparent huge pages (ShmemHuge).
+const ShmemHugeFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
 // Segment is a shared-memory mapping and the file that backs it.
 type Segment struct {
 	mu   sync.Mutex

@@ -32,3 +32,6 @@ func unmap(mem []byte) error { return ErrUnsupported }
 
 // CheckShareable is not supported on this platform.
 func CheckShareable(f *os.File, offset uint64, size int) error { return ErrUnsupported }
+
+// ShmemHuge: no huge pages for shared memory on this platform.
+func ShmemHuge() (setting string, huge bool, ok bool) { return "", false, false }

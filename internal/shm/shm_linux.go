@@ -13,7 +13,8 @@ import (
 
 // New creates an anonymous shared-memory segment of size bytes (a memfd,
 // so nothing is left in /dev/shm if the process dies) and maps it, every
-// page faulted in (MAP_POPULATE).
+// page faulted in, in huge pages where the machine allows
+// (huge_linux.go).
 func New(name string, size int) (*Segment, error) { return create(name, size, true) }
 
 // NewLazy is New without faulting the pages in: for a segment handed out
@@ -39,20 +40,29 @@ func create(name string, size int, populate bool) (*Segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("shm: sealing the segment's size: %w", err)
 	}
-	flags := unix.MAP_SHARED
-	if populate {
-		flags |= unix.MAP_POPULATE
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("shm: mmap %d bytes: %w", size, fdlimit.ExplainMmap(err))
+	}
+	if populate {
+		// Huge pages are asked for before the first fault picks the
+		// pages' size (huge_linux.go).
+		adviseHuge(mem)
+		if populateWrite(mem) != nil {
+			// A kernel before 5.14: touch every page. The file is new,
+			// so writing a zero changes nothing.
+			for i := 0; i < len(mem); i += unix.Getpagesize() {
+				mem[i] = 0
+			}
+		}
 	}
 	return &Segment{file: f, full: mem, mem: mem}, nil
 }
 
 // Map maps size bytes at offset of an existing shared-memory file,
-// typically received from another process, every page faulted in. The
+// typically received from another process, every page faulted in (huge
+// pages asked for first, as New does). The
 // segment takes ownership of f. The file must pass CheckShareable; offset
 // needs no alignment.
 func Map(f *os.File, offset uint64, size int) (*Segment, error) {
@@ -61,9 +71,18 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	}
 	page := uint64(unix.Getpagesize())
 	start := offset &^ (page - 1)
-	full, err := unix.Mmap(int(f.Fd()), int64(start), int(offset-start)+size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	length := int(offset-start) + size
+	full, err := unix.Mmap(int(f.Fd()), int64(start), length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
+	}
+	adviseHuge(full)
+	if populateWrite(full) != nil {
+		// A kernel before 5.14: map again, populated by mmap itself.
+		unix.Munmap(full)
+		if full, err = unix.Mmap(int(f.Fd()), int64(start), length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
+			return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
+		}
 	}
 	head := offset - start
 	return &Segment{file: f, full: full, mem: full[head : head+uint64(size) : head+uint64(size)]}, nil
@@ -88,6 +107,7 @@ func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d of %s: %w", size, offset, f.Name(), fdlimit.ExplainMmap(err))
 	}
+	adviseHuge(mem) // before Populate faults the regions' ranges in
 	return &Segment{file: f, full: mem, mem: mem}, nil
 }
 

@@ -19,12 +19,15 @@ type Machine struct {
 	Date      string `json:"date"` // UTC, RFC 3339
 	LoadStart string `json:"loadavg_start"`
 	LoadEnd   string `json:"loadavg_end"`
+	// Pages is the page size regions and the raw baseline's buffers get:
+	// shared memory's transparent huge page setting and what it gives.
+	Pages string `json:"pages"`
 }
 
 // DescribeMachine reads the CPU model, core count, kernel and Go version.
 func DescribeMachine() Machine {
 	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg()}
+		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg(), Pages: pageSetting()}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])

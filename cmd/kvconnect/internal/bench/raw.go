@@ -154,8 +154,15 @@ func NewRaw(o RawOptions) (*Raw, error) {
 	return r, nil
 }
 
+// touched allocates a raw end's buffer and faults its pages in. It asks
+// for huge pages when kvconnect's regions get them on this machine
+// (internal/shm: shared memory's own setting), so the baseline and the
+// variants it is compared with move the same kind of memory.
 func touched(n int) []byte {
 	b := make([]byte, n)
+	if regionsHuge() {
+		adviseHuge(b)
+	}
 	for i := 0; i < n; i += 4096 {
 		b[i] = 1
 	}

@@ -56,6 +56,9 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		p("- CPU: %s, %d cores visible\n", m.CPU, m.Cores)
 		p("- Kernel: %s\n", m.Kernel)
 		p("- Go: %s\n", m.Go)
+		if m.Pages != "" {
+			p("- Pages: %s\n", m.Pages)
+		}
 		p("- Date: %s (suite took %s)\n", m.Date, res.Elapsed)
 		p("- Load average (1/5/15 min): %s at the start, %s at the end. The machine is shared and noisy: other jobs ran alongside, which is why every number is a median over rounds and each ratio pairs measurements taken back to back.\n\n", m.LoadStart, m.LoadEnd)
 		p("## How to reproduce\n\n```sh\nmake bench BENCH_ROUNDS=%d\n# which runs\n%s\n```\n\n", res.Rounds, res.Command)
