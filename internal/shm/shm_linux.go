@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -49,12 +50,17 @@ func create(name string, size int, populate bool) (*Segment, error) {
 		// Huge pages are asked for before the first fault picks the
 		// pages' size (huge_linux.go).
 		adviseHuge(mem)
-		if populateWrite(mem) != nil {
+		switch err := populateWrite(mem); {
+		case errors.Is(err, unix.EINVAL):
 			// A kernel before 5.14: touch every page. The file is new,
 			// so writing a zero changes nothing.
 			for i := 0; i < len(mem); i += unix.Getpagesize() {
 				mem[i] = 0
 			}
+		case err != nil:
+			unix.Munmap(mem)
+			f.Close()
+			return nil, fmt.Errorf("shm: faulting in %d bytes: %w (is memory short?)", size, err)
 		}
 	}
 	return &Segment{file: f, full: mem, mem: mem}, nil
@@ -77,12 +83,16 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
 	}
 	adviseHuge(full)
-	if populateWrite(full) != nil {
+	switch err := populateWrite(full); {
+	case errors.Is(err, unix.EINVAL):
 		// A kernel before 5.14: map again, populated by mmap itself.
 		unix.Munmap(full)
 		if full, err = unix.Mmap(int(f.Fd()), int64(start), length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
 			return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
 		}
+	case err != nil:
+		unix.Munmap(full)
+		return nil, fmt.Errorf("shm: faulting in %d bytes at offset %d: %w (is memory short?)", size, offset, err)
 	}
 	head := offset - start
 	return &Segment{file: f, full: full, mem: full[head : head+uint64(size) : head+uint64(size)]}, nil
