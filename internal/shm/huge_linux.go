@@ -31,14 +31,21 @@ import (
 // page (2 MiB on x86-64 and arm64 with 4 KiB pages).
 const hugeMin = 2 << 20
 
-// adviseHuge asks for transparent huge pages on mem (a whole mapping).
-// It is best effort: a kernel without THP refuses (EINVAL), and the
-// mapping keeps small pages.
-func adviseHuge(mem []byte) {
+// AdviseHuge asks for transparent huge pages on the whole pages of mem,
+// before they are faulted in: what a region's mappings do, for other
+// memory that should get the same pages (the bench's raw baseline). It
+// is best effort: a kernel without THP refuses (EINVAL), and the memory
+// keeps small pages. Less than one huge page is left alone.
+func AdviseHuge(mem []byte) {
 	if len(mem) < hugeMin {
 		return
 	}
-	unix.Madvise(mem, unix.MADV_HUGEPAGE)
+	page := uintptr(unix.Getpagesize())
+	start := (uintptr(unsafePointer(mem)) + page - 1) &^ (page - 1)
+	end := (uintptr(unsafePointer(mem)) + uintptr(len(mem))) &^ (page - 1)
+	if end > start {
+		unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_HUGEPAGE)
+	}
 }
 
 // populateWrite faults every page of mem (page aligned) in for writing,

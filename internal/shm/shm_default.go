@@ -35,3 +35,6 @@ func CheckShareable(f *os.File, offset uint64, size int) error { return ErrUnsup
 
 // ShmemHuge: no huge pages for shared memory on this platform.
 func ShmemHuge() (setting string, huge bool, ok bool) { return "", false, false }
+
+// AdviseHuge does nothing on this platform.
+func AdviseHuge(mem []byte) {}

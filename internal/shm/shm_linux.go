@@ -49,7 +49,7 @@ func create(name string, size int, populate bool) (*Segment, error) {
 	if populate {
 		// Huge pages are asked for before the first fault picks the
 		// pages' size (huge_linux.go).
-		adviseHuge(mem)
+		AdviseHuge(mem)
 		switch err := populateWrite(mem); {
 		case errors.Is(err, unix.EINVAL):
 			// A kernel before 5.14: touch every page. The file is new,
@@ -82,7 +82,7 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
 	}
-	adviseHuge(full)
+	AdviseHuge(full)
 	switch err := populateWrite(full); {
 	case errors.Is(err, unix.EINVAL):
 		// A kernel before 5.14: map again, populated by mmap itself.
@@ -117,7 +117,7 @@ func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d of %s: %w", size, offset, f.Name(), fdlimit.ExplainMmap(err))
 	}
-	adviseHuge(mem) // before Populate faults the regions' ranges in
+	AdviseHuge(mem) // before Populate faults the regions' ranges in
 	return &Segment{file: f, full: mem, mem: mem}, nil
 }
 

@@ -2,12 +2,15 @@ package bench
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/internal/shm"
 )
 
 // Machine describes where a suite ran.
@@ -61,4 +64,17 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// pageSetting says which pages the suite's memory gets here ("" where
+// the platform does not say).
+func pageSetting() string {
+	setting, huge, ok := shm.ShmemHuge()
+	switch {
+	case !ok:
+		return ""
+	case huge:
+		return fmt.Sprintf("2 MiB for regions and the raw baseline's buffers (%s is %s; docs/DATAPATH.md, eleventh round)", shm.ShmemHugeFile, setting)
+	}
+	return fmt.Sprintf("4 KiB for regions and the raw baseline's buffers (%s is %s; `echo advise >` it gives both 2 MiB pages; docs/DATAPATH.md, eleventh round)", shm.ShmemHugeFile, setting)
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/units"
 )
 
@@ -160,8 +161,8 @@ func NewRaw(o RawOptions) (*Raw, error) {
 // variants it is compared with move the same kind of memory.
 func touched(n int) []byte {
 	b := make([]byte, n)
-	if regionsHuge() {
-		adviseHuge(b)
+	if _, huge, _ := shm.ShmemHuge(); huge {
+		shm.AdviseHuge(b)
 	}
 	for i := 0; i < n; i += 4096 {
 		b[i] = 1

@@ -16,12 +16,3 @@ func childAttr(group bool) *syscall.SysProcAttr {
 
 // isTerminal is not known here: no live progress line.
 func isTerminal(*os.File) bool { return false }
-
-// regionsHuge: no huge pages are asked for here.
-func regionsHuge() bool { return false }
-
-// adviseHuge does nothing here.
-func adviseHuge([]byte) {}
-
-// pageSetting: the platform's pages, not known here.
-func pageSetting() string { return "" }
