@@ -59,6 +59,16 @@ func vmaAt(t *testing.T, mem []byte) vma {
 	return v
 }
 
+// reopen opens s's file again, as a second process would receive it.
+func reopen(t *testing.T, s *Segment) *os.File {
+	t.Helper()
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(s.File().Fd())), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func (v vma) asksHuge() bool {
 	for _, f := range v.flags {
 		if f == "hg" {
@@ -82,14 +92,7 @@ func TestLargeMappingsAskForHugePages(t *testing.T) {
 	if v := vmaAt(t, s.Bytes()); !v.asksHuge() || v.rss < size>>10 {
 		t.Errorf("New(%d): VmFlags %v, Rss %d kB: want hg and %d kB populated", size, v.flags, v.rss, size>>10)
 	}
-	dup := func() *os.File {
-		f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(s.File().Fd())), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	m, err := Map(dup(), 0, size)
+	m, err := Map(reopen(t, s), 0, size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +100,7 @@ func TestLargeMappingsAskForHugePages(t *testing.T) {
 	if v := vmaAt(t, m.Bytes()); !v.asksHuge() || v.rss < size>>10 {
 		t.Errorf("Map: VmFlags %v, Rss %d kB: want hg and %d kB populated", v.flags, v.rss, size>>10)
 	}
-	view, err := MapView(dup(), size)
+	view, err := MapView(reopen(t, s), size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +143,7 @@ func TestHugePagesWhereAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(s.File().Fd())), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Map(f, 0, size)
+	m, err := Map(reopen(t, s), 0, size)
 	if err != nil {
 		t.Fatal(err)
 	}
