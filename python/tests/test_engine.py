@@ -149,6 +149,45 @@ class EngineTest(unittest.TestCase):
         for i in range(n):
             self.assertEqual(bytes(srcs[i]), support.pattern(size, i))
 
+    def test_one_op_argument_kinds(self):
+        # transfer_sync_write/read take a fast path for one op of up to
+        # 1 MiB given as ints and a str session, and the general one for
+        # anything else: both must move the same bytes.
+        class Index:  # numpy.uint64 and torch's data_ptr() are not int
+            def __init__(self, v):
+                self.v = v
+
+            def __index__(self):
+                return self.v
+
+        n = 2 << 20
+        src = bytearray(support.pattern(n, 7))
+        a_src = support.buffer_address(src)
+        self.assertEqual(self.a.register_memory(a_src, n), 0, self.a.last_error())
+        remote = self.b.allocate_managed_buffer(n)
+        cases = [
+            ("ints", self.peer, a_src, remote, 4096),
+            ("bytes session", self.peer.encode(), a_src + 1, remote + 8192, 100),
+            ("index objects", self.peer, Index(a_src + 2), Index(remote + 16384), Index(300)),
+            ("larger than the fast path", self.peer, a_src, remote, n),
+        ]
+        for name, peer, local, rem, length in cases:
+            with self.subTest(name):
+                lo, off, size = int(local) - a_src, int(rem) - remote, int(length)
+                self.assertEqual(self.a.transfer_sync_write(peer, local, rem, length), 0, self.a.last_error())
+                self.assertEqual(self.b.read_bytes_from_buffer(remote + off, size), bytes(src[lo:lo + size]))
+                want = support.pattern(size, 9)
+                self.assertEqual(self.b.write_bytes_to_buffer(remote + off, want, size), 0)
+                self.assertEqual(self.a.transfer_sync_read(peer, local, rem, length), 0, self.a.last_error())
+                self.assertEqual(bytes(src[lo:lo + size]), want)
+                src[:] = support.pattern(n, 7)
+        # Before initialize: an error, not a crash, on either path.
+        idle = kvconnect.TransferEngine()
+        self.addCleanup(idle.close)
+        self.assertEqual(idle.transfer_sync_write(self.peer, a_src, remote, 4096), -1)
+        self.assertNotEqual(idle.last_error(), "")
+        self.assertEqual(self.a.unregister_memory(a_src), 0)
+
     def test_bad_input_returns_codes(self):
         buf = bytearray(64 << 10)
         addr = support.buffer_address(buf)

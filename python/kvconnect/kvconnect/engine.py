@@ -46,6 +46,9 @@ ERR_ADDRESS_NOT_REGISTERED = -3
 ERR_ADDRESS_OVERLAPPED = -7
 ERR_METADATA = -200
 ERR_FORKED = -1005
+# A one-slot array of uint64 (the fast path's local, remote, length).
+_ONE = ctypes.c_uint64 * 1
+
 _BATCH_DONE, _BATCH_PENDING, _BATCH_FAILED, _BATCH_TIMEDOUT = 1, 0, -1, -2
 
 
@@ -137,6 +140,10 @@ class TransferEngine:
         self._managed = {}  # managed buffers: address -> length
         self._last_error = ""
         self._last_error_json = "{}"
+        # The one-op fast path (_sync1): each thread's own three one-slot
+        # C arrays, and sessions already encoded.
+        self._local = threading.local()
+        self._sessions = {}
 
     # ---- plumbing -------------------------------------------------------
 
@@ -462,11 +469,41 @@ class TransferEngine:
                 return self._record(-1)
         return 0
 
+    def _sync1(self, target_hostname, op: int, buffer, peer_address, length) -> int:
+        """One small op, the call serving stacks make most: what _sync
+        does, without building lists and C arrays per call (the calling
+        thread's one-slot arrays are reused, the session's bytes cached).
+        Anything unusual (a large op, a forked child, no handle yet, bad
+        input) takes _sync, which also says what was wrong."""
+        h = self._handle
+        n = length if type(length) is int else 0
+        if not h or _lib._forked or not 0 < n <= _INLINE_SYNC_MAX or type(target_hostname) is not str:
+            return self._sync(target_hostname, op, [buffer], [peer_address], [length])
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = (_ONE(), _ONE(), _ONE())
+        local, remote, lens = slots
+        try:
+            local[0], remote[0] = buffer, peer_address
+        except TypeError:  # not an int: _sync converts or explains
+            return self._sync(target_hostname, op, [buffer], [peer_address], [length])
+        lens[0] = n
+        session = self._sessions.get(target_hostname)
+        if session is None:
+            if len(self._sessions) >= 4096:
+                self._sessions.clear()
+            session = self._sessions[target_hostname] = target_hostname.encode("utf-8")
+        rc = _lib.lib().kvc_transfer_sync(h, session, op, local, remote, lens, 1, -1)
+        if rc != 0:
+            self._record(rc)
+            return -1
+        return 0
+
     def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="") -> int:
-        return self._sync(target_hostname, 1, [buffer], [peer_buffer_address], [length])
+        return self._sync1(target_hostname, 1, buffer, peer_buffer_address, length)
 
     def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="") -> int:
-        return self._sync(target_hostname, 0, [buffer], [peer_buffer_address], [length])
+        return self._sync1(target_hostname, 0, buffer, peer_buffer_address, length)
 
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify=None,
                       transport_hint="") -> int:
