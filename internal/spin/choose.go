@@ -28,12 +28,22 @@ import (
 // to show (the scheduler moves the processes). The other way is tried
 // every exploreMin epochs after a switch, backing off to every
 // exploreMax while it keeps losing, and a switch needs it to be clearly
-// faster (switchBelow).
+// faster (switchBelow) than the way kept has been lately: the median of
+// its last keptEpochs epochs, not its last one alone. On a 2-vCPU VM one
+// epoch of spinning in three or four can be slow (150 µs against 45:
+// the scheduler moved a process onto the spinner's vCPU for a while);
+// comparing against that one epoch made the Chooser switch to sleeping,
+// which is slower there (100–150 µs), and stay for a second or more,
+// because a try of spinning from the packed placement sleeping leaves
+// looks slow too (the Python engine's 4 KiB op: p50 50 µs in rounds
+// without a switch, 97–117 µs in rounds with one). After a switch the
+// way's record starts from the epoch that won it.
 const (
 	chooseEpoch  = 64
 	chooseSettle = 16
 	exploreMin   = 4
 	exploreMax   = 64
+	keptEpochs   = 3
 )
 
 // switchBelow is how much faster (the ratio of epoch medians) the other
@@ -51,8 +61,12 @@ type Chooser struct {
 	n       int  // waits observed in this epoch
 	waits   [chooseEpoch - chooseSettle]time.Duration
 	kept    time.Duration // the median of the last epoch of the way kept
-	epochs  int           // epochs since the last try of the other way
-	every   int           // try the other way every this many epochs
+	// recent holds the medians of the way kept's last epochs, oldest
+	// first (nrecent of them, up to keptEpochs).
+	recent  [keptEpochs]time.Duration
+	nrecent int
+	epochs  int // epochs since the last try of the other way
+	every   int // try the other way every this many epochs
 	// switches counts changes of the way kept (diagnostics).
 	switches int
 }
@@ -87,8 +101,9 @@ func (c *Chooser) Observe(d time.Duration) {
 	}
 	if c.explore {
 		c.explore, c.epochs = false, 0
-		if c.kept > 0 && float64(median) < switchBelow*float64(c.kept) {
+		if ref := c.lately(); ref > 0 && float64(median) < switchBelow*float64(ref) {
 			c.sleep, c.kept, c.every = !c.sleep, median, exploreMin
+			c.recent[0], c.nrecent = median, 1
 			c.switches++
 			return
 		}
@@ -96,9 +111,36 @@ func (c *Chooser) Observe(d time.Duration) {
 		return
 	}
 	c.kept = median
+	c.record(median)
 	if c.epochs++; c.epochs >= c.every {
 		c.explore = true
 	}
+}
+
+// record adds the median of an epoch of the way kept to its record,
+// dropping the oldest when full. The caller holds mu.
+func (c *Chooser) record(median time.Duration) {
+	if c.nrecent < keptEpochs {
+		c.recent[c.nrecent] = median
+		c.nrecent++
+		return
+	}
+	copy(c.recent[:], c.recent[1:])
+	c.recent[keptEpochs-1] = median
+}
+
+// lately is how long the way kept's waits have taken lately: the median
+// of its recorded epochs (the lower of the middle two when even), 0 when
+// none is recorded. The caller holds mu.
+func (c *Chooser) lately() time.Duration {
+	var v [keptEpochs]time.Duration
+	s := v[:c.nrecent]
+	copy(s, c.recent[:c.nrecent])
+	if len(s) == 0 {
+		return 0
+	}
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }
 
 // Choice is what a Chooser holds now (diagnostics): whether it spins,

@@ -91,6 +91,37 @@ func TestChooserNeedsAClearWin(t *testing.T) {
 	}
 }
 
+// TestChooserIgnoresOneSlowEpoch: one slow epoch of the way kept (one
+// in four here, as a 2-vCPU VM gives spinning when the scheduler briefly
+// puts a process on the spinner's vCPU) does not make a Chooser take a
+// way that is slower the rest of the time; a way that stays slow for
+// several epochs is still left.
+func TestChooserIgnoresOneSlowEpoch(t *testing.T) {
+	us := time.Microsecond
+	var c Chooser
+	waits := 0
+	for range 200 * chooseEpoch {
+		if c.Spinning() {
+			d := 45 * us
+			if (waits/chooseEpoch)%4 == 3 {
+				d = 150 * us
+			}
+			c.Observe(d)
+		} else {
+			c.Observe(100 * us)
+		}
+		waits++
+	}
+	if ch := c.Choice(); !ch.Spinning || ch.Switches != 0 {
+		t.Fatalf("spinning 45µs with one epoch in four at 150µs, sleeping 100µs: %+v, want spinning, no switch", ch)
+	}
+	// Spinning slow for good: sleeping is taken within a few tries.
+	feed(&c, 4*exploreMax*chooseEpoch, 150*us, 100*us)
+	if ch := c.Choice(); ch.Spinning || ch.Switches != 1 {
+		t.Fatalf("spinning 150µs for good, sleeping 100µs: %+v, want sleeping after one switch", ch)
+	}
+}
+
 // TestChoosingAdapt: an Adapt with a Chooser spins for all of Max while
 // the Chooser spins (whatever the share of catches) and not at all
 // while it sleeps.
