@@ -33,11 +33,10 @@ import (
 // epoch of spinning in three or four can be slow (150 µs against 45:
 // the scheduler moved a process onto the spinner's vCPU for a while);
 // comparing against that one epoch made the Chooser switch to sleeping,
-// which is slower there (100–150 µs), and stay for a second or more,
-// because a try of spinning from the packed placement sleeping leaves
-// looks slow too (the Python engine's 4 KiB op: p50 50 µs in rounds
-// without a switch, 97–117 µs in rounds with one). After a switch the
-// way's record starts from the epoch that won it.
+// which is slower there (100–150 µs), and stay for up to a second or
+// more, because a try of spinning from the packed placement sleeping
+// leaves looks slow too (docs/DATAPATH.md, twelfth round). After a
+// switch the way's record starts from the epoch that won it.
 const (
 	chooseEpoch  = 64
 	chooseSettle = 16
