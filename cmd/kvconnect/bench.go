@@ -383,6 +383,13 @@ func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {
 		pids = fmt.Sprintf("plugins %.2f s (pids %s)", r.PluginCPU, strings.Trim(fmt.Sprint(r.PluginPIDs), "[]"))
 	}
 	fmt.Fprintf(out, "  CPU            host %.2f s, %s, over %.2f s wall\n", r.HostCPU, pids, r.Seconds)
+	if r.Batches > 0 {
+		sw := fmt.Sprintf("host %.1f", float64(r.HostSwitches)/float64(r.Batches))
+		if len(r.PluginPIDs) > 0 {
+			sw += fmt.Sprintf(", plugins %.1f", float64(r.PluginSwitches)/float64(r.Batches))
+		}
+		fmt.Fprintf(out, "  switches       %s context switches per batch (every thread, voluntary and involuntary)\n", sw)
+	}
 	if r.Verify != nil {
 		fmt.Fprintf(out, "  verify         %s\n", describeVerify(*r.Verify))
 	}

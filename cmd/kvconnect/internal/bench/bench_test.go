@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -101,6 +104,95 @@ func TestParseStatCPU(t *testing.T) {
 	self, err := processCPU(os.Getpid())
 	if err != nil || self < 0 {
 		t.Fatalf("own CPU: %v, %v", self, err)
+	}
+}
+
+func TestParseStatusSwitches(t *testing.T) {
+	const head = "Name:\tkvconnect\nState:\tS (sleeping)\nThreads:\t9\n"
+	for _, tc := range []struct {
+		name, status string
+		want         int64
+		err          bool
+	}{
+		{"both", head + "voluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n", 127, false},
+		{"no trailing newline", head + "voluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t2", 3, false},
+		{"zero", "voluntary_ctxt_switches:  0\nnonvoluntary_ctxt_switches:  0\n", 0, false},
+		{"voluntary only", head + "voluntary_ctxt_switches:\t120\n", 0, true},
+		{"neither", head, 0, true},
+		{"not a number", "voluntary_ctxt_switches:\tmany\nnonvoluntary_ctxt_switches:\t7\n", 0, true},
+		{"negative", "voluntary_ctxt_switches:\t-1\nnonvoluntary_ctxt_switches:\t7\n", 0, true},
+		{"twice", "voluntary_ctxt_switches:\t1\nvoluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t7\n", 0, true},
+	} {
+		got, err := parseStatusSwitches(tc.status)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%s: got %d, %v; want %d, error %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func FuzzParseStatusSwitches(f *testing.F) {
+	f.Add("voluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n")
+	f.Add("voluntary_ctxt_switches:\n")
+	f.Add(":\n:::\n")
+	f.Fuzz(func(t *testing.T, status string) {
+		if n, err := parseStatusSwitches(status); err == nil && n < 0 {
+			t.Fatalf("%q: %d switches", status, n)
+		}
+	})
+}
+
+// TestProcessSwitches follows a real process: a cat that sleeps in read
+// between the lines this test sends it makes a context switch for each
+// line it waits for, and processSwitches (all its threads) sees them.
+func TestProcessSwitches(t *testing.T) {
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		t.Skip("no cat binary on PATH")
+	}
+	cmd := exec.Command(cat)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	out := bufio.NewReader(outPipe)
+	echo := func() {
+		if _, err := io.WriteString(in, "x\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := out.ReadString('\n'); err != nil { // cat has read it, and waits again
+			t.Fatal(err)
+		}
+	}
+	echo()
+	before, err := snapshotCPU([]int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lines = 20
+	for range lines {
+		echo()
+	}
+	after, err := snapshotCPU([]int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, other := after.switchesSince(before)
+	if other < lines {
+		t.Errorf("cat made %d context switches waiting for %d lines; want at least one per line", other, lines)
+	}
+	if host < 1 {
+		t.Errorf("this process made %d context switches waiting for %d echoes", host, lines)
+	}
+	if _, err := processSwitches(-1); err == nil {
+		t.Error("no error for a process that does not exist")
 	}
 }
 
@@ -443,7 +535,13 @@ func TestSuiteTable(t *testing.T) {
 				continue
 			}
 			checkResult(t, c.Results[0])
+			if r := c.Results[0]; r.HostSwitches <= 0 || (len(r.PluginPIDs) > 0 && r.PluginSwitches <= 0) {
+				t.Errorf("%s %s: context switches host %d, plugins %d (pids %v): a process that waits switches", c.Variant, c.Op, r.HostSwitches, r.PluginSwitches, r.PluginPIDs)
+			}
 		}
+	}
+	if !strings.Contains(out, "| host / other context switches per batch |") || !strings.Contains(out, "| host / other context switches per op |") {
+		t.Error("the report has no context switch columns")
 	}
 	if res.Baseline != VariantRaw {
 		t.Errorf("baseline %q", res.Baseline)

@@ -58,21 +58,88 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuSnapshot is the CPU time used so far by this process and by plugin
-// processes.
+// processSwitches is how many context switches (voluntary: the thread
+// slept; involuntary: it was preempted) the threads of process pid have
+// made so far, summed over /proc/<pid>/task/*/status. A thread that has
+// exited no longer counts; Go runtimes and Mooncake's threads rarely exit
+// during a run. A thread that exits while it is being read is skipped.
+func processSwitches(pid int) (int64, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("bench: context switches of process %d: %w", pid, err)
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		v, err := parseStatusSwitches(string(b))
+		if err != nil {
+			return 0, fmt.Errorf("bench: context switches of thread %s of process %d: %w", t.Name(), pid, err)
+		}
+		n += v
+	}
+	return n, nil
+}
+
+// parseStatusSwitches reads voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches from a /proc/<pid>/status text and returns
+// their sum; both must be there.
+func parseStatusSwitches(status string) (int64, error) {
+	var sum int64
+	found := 0
+	for line := range strings.Lines(status) {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok || (key != "voluntary_ctxt_switches" && key != "nonvoluntary_ctxt_switches") {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("bench: /proc status %s value %q is not a count", key, strings.TrimSpace(val))
+		}
+		sum += v
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("bench: /proc status has %d of voluntary_ctxt_switches and nonvoluntary_ctxt_switches; want both", found)
+	}
+	return sum, nil
+}
+
+// selfSwitches is this process's context switches so far (getrusage
+// RUSAGE_SELF: every thread, exited ones included).
+func selfSwitches() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
+}
+
+// cpuSnapshot is the CPU time used and the context switches made so far
+// by this process and by plugin processes.
 type cpuSnapshot struct {
-	host    time.Duration
-	plugins map[int]time.Duration
+	host     time.Duration
+	hostSw   int64
+	plugins  map[int]time.Duration
+	pluginSw map[int]int64
 }
 
 func snapshotCPU(pids []int) (cpuSnapshot, error) {
-	s := cpuSnapshot{host: selfCPU(), plugins: make(map[int]time.Duration, len(pids))}
+	s := cpuSnapshot{host: selfCPU(), hostSw: selfSwitches(),
+		plugins: make(map[int]time.Duration, len(pids)), pluginSw: make(map[int]int64, len(pids))}
 	for _, pid := range pids {
 		d, err := processCPU(pid)
 		if err != nil {
 			return s, err
 		}
-		s.plugins[pid] = d
+		n, err := processSwitches(pid)
+		if err != nil {
+			return s, err
+		}
+		s.plugins[pid], s.pluginSw[pid] = d, n
 	}
 	return s, nil
 }
@@ -82,6 +149,16 @@ func (s cpuSnapshot) since(before cpuSnapshot) (host, plugins float64) {
 	host = (s.host - before.host).Seconds()
 	for pid, d := range s.plugins {
 		plugins += (d - before.plugins[pid]).Seconds()
+	}
+	return host, plugins
+}
+
+// switchesSince returns the context switches this process and the plugin
+// processes made between before and s.
+func (s cpuSnapshot) switchesSince(before cpuSnapshot) (host, plugins int64) {
+	host = s.hostSw - before.hostSw
+	for pid, n := range s.pluginSw {
+		plugins += n - before.pluginSw[pid]
 	}
 	return host, plugins
 }

@@ -255,6 +255,7 @@ func measurePaired(ctx context.Context, b [2]bencher, w Workload, p *Progress, l
 func mergeResults(rs []Result, w Workload) Result {
 	m := rs[0]
 	m.Bytes, m.Ops, m.Batches, m.HostCPU, m.PluginCPU, m.WarmupBytes = 0, 0, 0, 0, 0, 0
+	m.HostSwitches, m.PluginSwitches = 0, 0
 	var seconds float64
 	var lat []time.Duration
 	for _, r := range rs {
@@ -263,6 +264,8 @@ func mergeResults(rs []Result, w Workload) Result {
 		m.Batches += r.Batches
 		m.HostCPU += r.HostCPU
 		m.PluginCPU += r.PluginCPU
+		m.HostSwitches += r.HostSwitches
+		m.PluginSwitches += r.PluginSwitches
 		m.WarmupBytes += r.WarmupBytes
 		seconds += r.Seconds
 		lat = append(lat, r.lat...)

@@ -239,10 +239,14 @@ func (m *mooncakeInitiator) runFor(ctx context.Context, w Workload, secs int, p 
 	batches, _ := strconv.ParseUint(string(mm[2]), 10, 64)
 	ops := batches * uint64(w.BatchSize)
 	r := Result{Transport: tcp.Name, Mode: "Mooncake TE", Peer: m.session, Bytes: ops * uint64(w.BlockSize), Ops: ops, Batches: batches, PluginPIDs: pids, TimeWait: timeWait}
-	if cmd.ProcessState != nil {
-		r.HostCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	if ps := cmd.ProcessState; ps != nil {
+		r.HostCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			r.HostSwitches = ru.Nvcsw + ru.Nivcsw
+		}
 	}
 	_, r.PluginCPU = after.since(before)
+	_, r.PluginSwitches = after.switchesSince(before)
 	r.fill(w, time.Duration(dur*float64(time.Second)), nil)
 	// Mooncake reports no latency distribution: with one batch in flight
 	// per thread, the mean batch time stands for p50.

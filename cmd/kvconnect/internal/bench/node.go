@@ -285,6 +285,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 		}
 	}
 	r.HostCPU, r.PluginCPU = after.since(before)
+	r.HostSwitches, r.PluginSwitches = after.switchesSince(before)
 	r.fill(w, elapsed, all)
 	r.lat = all
 	return r, lay.touched(issued), nil

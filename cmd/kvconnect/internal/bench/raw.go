@@ -522,6 +522,7 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	}
 	res := Result{Transport: "raw", Mode: mode, Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: pids}
 	res.HostCPU, res.PluginCPU = after.since(before)
+	res.HostSwitches, res.PluginSwitches = after.switchesSince(before)
 	res.fill(w, elapsed, all)
 	return res, lay.touched(issued), nil
 }

@@ -77,12 +77,14 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		"are the two plugin processes; \"%s\" has both ends in this process, like the in-process variant. "+
 		"The kvconnect variants run two nodes (two connectors) in this process; \"plugin\" means each node's transport is its own subprocess, "+
 		"\"in-process\" means no subprocess. CPU is user+system seconds per GB moved: host = this process (both nodes' host sides; "+
-		"the transport itself when in-process; the raw client, or both raw ends), other = both plugin processes (or the raw server process).\n\n",
+		"the transport itself when in-process; the raw client, or both raw ends), other = both plugin processes (or the raw server process). "+
+		"Context switches are every thread's, voluntary (a sleep: each one a wake-up to come) and involuntary (a preemption), of the same processes, "+
+		"per batch of the variant (each Mooncake batch: its initiator as host, its target as other).\n\n",
 		res.Conns, VariantRaw, VariantRaw1)
 
 	p("## Throughput\n\n")
-	p("| variant | op | block | GB/s (median) | min–max | vs %s | ops/s | batch p50 / p99 | host CPU s/GB | other CPU s/GB | host / other CPU µs per op |\n", res.Baseline)
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| variant | op | block | GB/s (median) | min–max | vs %s | ops/s | batch p50 / p99 | host CPU s/GB | other CPU s/GB | host / other CPU µs per op | host / other context switches per batch |\n", res.Baseline)
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	cells := slices.Clone(res.Cells)
 	order := map[string]int{}
 	for i, v := range res.Variants {
@@ -111,7 +113,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			if len(c.Errors) > 0 {
 				reason = c.Errors[0]
 			}
-			p("| %s | %s | %s | %s | | | | | | | |\n", name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), mdEscape(reason))
+			p("| %s | %s | %s | %s | | | | | | | | |\n", name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), mdEscape(reason))
 			continue
 		}
 		ratio := "1 (baseline)"
@@ -129,16 +131,18 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		// CPU per op: s/GB x bytes per op, in µs.
 		perOp := func(sPerGB float64) string { return fmt.Sprintf("%.1f", sPerGB*float64(c.BlockSize)/1e9*1e6) }
 		cpuOp := perOp(c.HostCPUGB.Median) + " / " + perOp(c.PluginCPUG.Median)
+		sw := switchesCell(c)
 		if c.Variant == VariantRaw1 || c.Variant == VariantTCPInProc {
 			plugin, cpuOp = "–", perOp(c.HostCPUGB.Median)+" / –"
+			sw = fmt.Sprintf("%.1f / –", c.HostSwBatch.Median)
 		}
-		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s | %s |\n",
+		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s | %s | %s |\n",
 			name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), c.GBps.Median, note, c.GBps.Min, c.GBps.Max, ratio,
-			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp)
+			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp, sw)
 	}
 	for _, v := range res.Variants {
 		if !v.Available {
-			p("| %s | – | – | not available: %s | | | | | | | |\n", v.Name, mdEscape(v.Reason))
+			p("| %s | – | – | not available: %s | | | | | | | | |\n", v.Name, mdEscape(v.Reason))
 		}
 	}
 	p("\n")
@@ -221,10 +225,10 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		inproc2 := latencyCell(res, VariantTCPInProc2P)
 		p("\"p50 / in-process\" compares a two-process variant with %s and a loopback one with %s; \"p50 / floor\" compares with %s, the floor of a small op between two processes on this machine.\n\n",
 			VariantTCPInProc2P, VariantTCPInProc, VariantFloorC)
-		p("| variant | p50 | p99 | ops/s | p50 / in-process | p50 / floor | ops/s / Mooncake pooled |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		p("| variant | p50 | p99 | ops/s | p50 / in-process | p50 / floor | ops/s / Mooncake pooled | host / other context switches per op |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range res.Latency {
 			if len(c.Results) == 0 {
-				p("| %s | %s | | | | | |\n", c.Variant, mdEscape(strings.Join(c.Errors, "; ")))
+				p("| %s | %s | | | | | | |\n", c.Variant, mdEscape(strings.Join(c.Errors, "; ")))
 				continue
 			}
 			mean := ""
@@ -235,8 +239,8 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			if strings.HasSuffix(c.Variant, ", 2 processes") || c.Variant == VariantRaw {
 				base = inproc2
 			}
-			p("| %s | %.1f µs%s | %.1f µs%s | %.0f | %s | %s | %s |\n", c.Variant, c.P50us.Median, mean, c.P99us.Median, mean, c.OpsPerSec.Median,
-				ratioCell(pairedRatio(c, base, p50Of)), ratioCell(pairedRatio(c, floor, p50Of)), ratioCell(pairedRatio(c, pooled, opsOf)))
+			p("| %s | %.1f µs%s | %.1f µs%s | %.0f | %s | %s | %s | %s |\n", c.Variant, c.P50us.Median, mean, c.P99us.Median, mean, c.OpsPerSec.Median,
+				ratioCell(pairedRatio(c, base, p50Of)), ratioCell(pairedRatio(c, floor, p50Of)), ratioCell(pairedRatio(c, pooled, opsOf)), switchesCell(c))
 		}
 		p("\n")
 		if plugin2 := latencyCell(res, VariantTCPPlugin2P); plugin2 != nil {
@@ -364,4 +368,18 @@ func timeWaitOf(res *SuiteResult, variant string, op Operation, bs int) string {
 		}
 	}
 	return "–"
+}
+
+// switchesCell is a cell's host / other context switches per batch, or
+// "–" for a variant that measures none (the C floor: its processes are
+// not followed). A measured process always switches some.
+func switchesCell(c *Cell) string {
+	if c.HostSwBatch.N == 0 || (c.HostSwBatch.Max == 0 && c.OtherSwBatch.Max == 0) {
+		return "–"
+	}
+	other := fmt.Sprintf("%.1f", c.OtherSwBatch.Median)
+	if c.OtherSwBatch.Max == 0 {
+		other = "–"
+	}
+	return fmt.Sprintf("%.1f / %s", c.HostSwBatch.Median, other)
 }

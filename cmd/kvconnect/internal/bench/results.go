@@ -38,6 +38,10 @@ type Cell struct {
 	P99us      summary `json:"batch_latency_p99_us"`
 	HostCPUGB  summary `json:"host_cpu_s_per_gb"`
 	PluginCPUG summary `json:"plugin_cpu_s_per_gb"`
+	// Context switches per batch of the host and of the other processes
+	// (Result.HostSwitches, Result.PluginSwitches over Result.Batches).
+	HostSwBatch  summary `json:"host_context_switches_per_batch"`
+	OtherSwBatch summary `json:"other_context_switches_per_batch"`
 }
 
 // FallbackTiming is how long connector.New takes with protocol rdma to
@@ -128,7 +132,7 @@ func summarizeSuite(res *SuiteResult) {
 	}
 	for _, list := range [][]*Cell{res.Cells, res.Latency, res.MetricsCells} {
 		for _, c := range list {
-			var gb, ops, p50, p99, hcpu, pcpu []float64
+			var gb, ops, p50, p99, hcpu, pcpu, hsw, psw []float64
 			for _, r := range c.Results {
 				gb = append(gb, r.GBps)
 				ops = append(ops, r.OpsPerSec)
@@ -138,9 +142,14 @@ func summarizeSuite(res *SuiteResult) {
 					hcpu = append(hcpu, r.HostCPU/(float64(r.Bytes)/1e9))
 					pcpu = append(pcpu, r.PluginCPU/(float64(r.Bytes)/1e9))
 				}
+				if r.Batches > 0 {
+					hsw = append(hsw, float64(r.HostSwitches)/float64(r.Batches))
+					psw = append(psw, float64(r.PluginSwitches)/float64(r.Batches))
+				}
 			}
 			c.GBps, c.OpsPerSec, c.P50us, c.P99us = summarize(gb), summarize(ops), summarize(p50), summarize(p99)
 			c.HostCPUGB, c.PluginCPUG = summarize(hcpu), summarize(pcpu)
+			c.HostSwBatch, c.OtherSwBatch = summarize(hsw), summarize(psw)
 		}
 	}
 	ratio := func(a, b *Cell) summary {

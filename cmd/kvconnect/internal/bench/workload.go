@@ -132,6 +132,12 @@ type Result struct {
 	HostCPU    float64 `json:"host_cpu_s"`
 	PluginCPU  float64 `json:"plugin_cpu_s"`
 	PluginPIDs []int   `json:"plugin_pids,omitempty"`
+	// Context switches (voluntary and involuntary, every thread) in the
+	// measured interval, of the same processes as HostCPU and PluginCPU:
+	// each is a wake-up or a preemption, the cost that differs most
+	// between machine types (docs/DATAPATH.md, thirteenth round).
+	HostSwitches   int64 `json:"host_context_switches"`
+	PluginSwitches int64 `json:"plugin_context_switches"`
 	// Verify is set when --verify was given.
 	Verify *VerifyResult `json:"verify,omitempty"`
 	// Metrics is what the initiator's metrics endpoint counted after the
