@@ -48,14 +48,14 @@ func parseStatCPU(stat string) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
-// selfCPU is this process's user+system CPU time (getrusage RUSAGE_SELF:
-// every thread, no children).
-func selfCPU() time.Duration {
+// selfUsage is this process's user+system CPU time and context switches
+// so far (getrusage RUSAGE_SELF: every thread, exited ones included).
+func selfUsage() (time.Duration, int64) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw
 }
 
 // processSwitches is how many context switches (voluntary: the thread
@@ -108,16 +108,6 @@ func parseStatusSwitches(status string) (int64, error) {
 	return sum, nil
 }
 
-// selfSwitches is this process's context switches so far (getrusage
-// RUSAGE_SELF: every thread, exited ones included).
-func selfSwitches() int64 {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Nvcsw + ru.Nivcsw
-}
-
 // cpuSnapshot is the CPU time used and the context switches made so far
 // by this process and by plugin processes.
 type cpuSnapshot struct {
@@ -128,8 +118,8 @@ type cpuSnapshot struct {
 }
 
 func snapshotCPU(pids []int) (cpuSnapshot, error) {
-	s := cpuSnapshot{host: selfCPU(), hostSw: selfSwitches(),
-		plugins: make(map[int]time.Duration, len(pids)), pluginSw: make(map[int]int64, len(pids))}
+	s := cpuSnapshot{plugins: make(map[int]time.Duration, len(pids)), pluginSw: make(map[int]int64, len(pids))}
+	s.host, s.hostSw = selfUsage()
 	for _, pid := range pids {
 		d, err := processCPU(pid)
 		if err != nil {
