@@ -131,14 +131,12 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		// CPU per op: s/GB x bytes per op, in µs.
 		perOp := func(sPerGB float64) string { return fmt.Sprintf("%.1f", sPerGB*float64(c.BlockSize)/1e9*1e6) }
 		cpuOp := perOp(c.HostCPUGB.Median) + " / " + perOp(c.PluginCPUG.Median)
-		sw := switchesCell(c)
 		if c.Variant == VariantRaw1 || c.Variant == VariantTCPInProc {
 			plugin, cpuOp = "–", perOp(c.HostCPUGB.Median)+" / –"
-			sw = fmt.Sprintf("%.1f / –", c.HostSwBatch.Median)
 		}
 		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s | %s | %s |\n",
 			name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), c.GBps.Median, note, c.GBps.Min, c.GBps.Max, ratio,
-			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp, sw)
+			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp, switchesCell(c))
 	}
 	for _, v := range res.Variants {
 		if !v.Available {
