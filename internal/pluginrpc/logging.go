@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
@@ -37,17 +38,50 @@ func StderrSyncer() zapcore.WriteSyncer { return zapcore.Lock(zapcore.AddSync(os
 
 // HCLogZap adapts a zap logger to the hclog.Logger go-plugin logs to, so a
 // plugin's log lines land in the host's zap logger under the plugin's name.
+//
+// It is safe for concurrent use. Detach ends it and every logger derived
+// from it (With, Named, ResetNamed, StandardLogger): go-plugin's client
+// leaves goroutines behind Client.Kill (the reader of the plugin's gRPC
+// stdio stream, which logs when the stream ends), and what they log must
+// not reach a zap logger its owner has closed, or a test's that has
+// ended.
 type HCLogZap struct {
 	z    *zap.Logger
 	name string
 	args []any
+	g    *logGate // shared with every logger derived from this one
+}
+
+// logGate is the detach switch of an HCLogZap family. Writes hold it for
+// reading, so Detach, taking it for writing, waits for those in progress.
+type logGate struct {
+	mu       sync.RWMutex
+	detached bool
 }
 
 var _ hclog.Logger = (*HCLogZap)(nil)
 
 // NewHCLogZap returns the adapter for z, named name.
 func NewHCLogZap(z *zap.Logger, name string) *HCLogZap {
-	return &HCLogZap{z: z.Named(name), name: name}
+	return &HCLogZap{z: z.Named(name), name: name, g: new(logGate)}
+}
+
+// Detach drops whatever l and the loggers derived from it log from now
+// on. It waits for a line being written, so once it returns nothing more
+// reaches l's zap logger. It is idempotent.
+func (l *HCLogZap) Detach() {
+	l.g.mu.Lock()
+	l.g.detached = true
+	l.g.mu.Unlock()
+}
+
+// write runs w unless l is detached; Detach waits for it.
+func (l *HCLogZap) write(w func()) {
+	l.g.mu.RLock()
+	defer l.g.mu.RUnlock()
+	if !l.g.detached {
+		w()
+	}
 }
 
 // moduleKey is where a plugin's JSON log line carries the name of the
@@ -103,7 +137,7 @@ func (l *HCLogZap) Log(level hclog.Level, msg string, args ...any) {
 	if module != "" {
 		z = z.Named(module)
 	}
-	z.Log(lvl, msg, fields...)
+	l.write(func() { z.Log(lvl, msg, fields...) })
 }
 
 func (l *HCLogZap) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
@@ -120,14 +154,14 @@ func (l *HCLogZap) IsError() bool { return l.z.Core().Enabled(zapcore.ErrorLevel
 
 func (l *HCLogZap) ImpliedArgs() []any { return l.args }
 func (l *HCLogZap) With(args ...any) hclog.Logger {
-	return &HCLogZap{z: l.z, name: l.name, args: append(append([]any{}, l.args...), args...)}
+	return &HCLogZap{z: l.z, name: l.name, args: append(append([]any{}, l.args...), args...), g: l.g}
 }
 func (l *HCLogZap) Name() string { return l.name }
 func (l *HCLogZap) Named(name string) hclog.Logger {
-	return &HCLogZap{z: l.z.Named(name), name: l.name + "." + name, args: l.args}
+	return &HCLogZap{z: l.z.Named(name), name: l.name + "." + name, args: l.args, g: l.g}
 }
 func (l *HCLogZap) ResetNamed(name string) hclog.Logger {
-	return &HCLogZap{z: l.z.Named(name), name: name, args: l.args}
+	return &HCLogZap{z: l.z.Named(name), name: name, args: l.args, g: l.g}
 }
 func (l *HCLogZap) SetLevel(hclog.Level) {}
 func (l *HCLogZap) GetLevel() hclog.Level {
@@ -146,7 +180,7 @@ func (l *HCLogZap) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
 }
 func (l *HCLogZap) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
-		l.z.Info(strings.TrimRight(string(p), "\n"))
+		l.write(func() { l.z.Info(strings.TrimRight(string(p), "\n")) })
 		return len(p), nil
 	})
 }

@@ -1,11 +1,14 @@
 package pluginrpc
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -64,4 +67,59 @@ func TestHCLogZapForwardsToZap(t *testing.T) {
 	if n := l.With("a", 1).Named("b"); n.Name() != "go-plugin.b" || len(n.ImpliedArgs()) != 2 {
 		t.Errorf("Named/With: name %q args %v", n.Name(), n.ImpliedArgs())
 	}
+}
+
+// TestHCLogZapDetach: after Detach nothing reaches zap, through the
+// logger or anything derived from it, before or after the detach.
+func TestHCLogZapDetach(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	l := NewHCLogZap(zap.New(core), "plugin.tcp")
+	early := l.Named("stdio") // derived before the detach, as go-plugin's stdio reader is
+	early.Debug("before")
+	l.Detach()
+	l.Detach() // idempotent
+	early.Debug("received EOF, stopping recv loop")
+	l.Info("after")
+	l.With("k", "v").Warn("after, with")
+	l.Named("broker").Error("after, named")
+	l.ResetNamed("other").Info("after, reset")
+	l.StandardLogger(nil).Print("after, standard")
+	if got := logs.AllUntimed(); len(got) != 1 || got[0].Message != "before" {
+		t.Fatalf("entries %+v, want only %q", got, "before")
+	}
+}
+
+// TestHCLogZapDetachOutlivesItsTest logs to a test's logger from a
+// goroutine that goes on while the test ends and after, as go-plugin's
+// stdio reader does after Client.Kill. Without the detach (in the test's
+// cleanup, as Plugin.Close does it) its writes race with the end of the
+// test, and the race detector (make test runs with -race) reports them.
+func TestHCLogZapDetachOutlivesItsTest(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	var lines atomic.Int64
+	t.Run("plugin", func(t *testing.T) {
+		l := NewHCLogZap(zaptest.NewLogger(t), "plugin.tcp")
+		stdio := l.Named("stdio")
+		t.Cleanup(l.Detach)
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				stdio.Debug("received EOF, stopping recv loop")
+				lines.Add(1)
+			}
+		}()
+		for lines.Load() < 10 { // logging before the test ends, too
+			runtime.Gosched()
+		}
+	})
+	for n := lines.Load(); lines.Load() < n+100; { // and after
+		runtime.Gosched()
+	}
+	close(stop)
+	<-done
 }

@@ -90,6 +90,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))}
 	proc := &procRunner{ctx: ctx, cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: stderrTailMax}}
 	log := cfg.Logger.Named("plugin." + cfg.Name)
+	goLog := pluginrpc.NewHCLogZap(cfg.Logger, "plugin."+cfg.Name)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginrpc.Handshake(),
 		VersionedPlugins: pluginrpc.VersionedPlugins(),
@@ -104,13 +105,13 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			return proc, nil
 		},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           pluginrpc.NewHCLogZap(cfg.Logger, "plugin."+cfg.Name),
+		Logger:           goLog,
 		Stderr:           proc.tail,
 		StartTimeout:     cfg.StartTimeout,
 		GRPCDialOptions:  dialOpts,
 		Managed:          false,
 	})
-	p := &Plugin{name: cfg.Name, path: path, client: client, proc: proc, host: pluginrpc.NewFDSender(hostEnd), log: log,
+	p := &Plugin{name: cfg.Name, path: path, client: client, proc: proc, host: pluginrpc.NewFDSender(hostEnd), log: log, goLog: goLog,
 		exited: make(chan struct{}), watchEnd: make(chan struct{})}
 
 	// Cancelling ctx during the start kills the process, which ends the
@@ -135,6 +136,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	}
 	if err != nil {
 		client.Kill() // waits for the process and go-plugin's readers of its output
+		goLog.Detach()
 		p.host.Close()
 		proc.removeSocketDir()
 		return nil, p.startError(ctx, cfg, err, took)

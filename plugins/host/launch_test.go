@@ -562,6 +562,30 @@ func TestPluginLogsReachHostLogger(t *testing.T) {
 	}
 }
 
+// TestCloseDetachesGoPluginLogger: go-plugin's stdio reader outlives
+// Client.Kill and logs when its stream ends; once Close returns, nothing
+// it logs may reach the host's logger (which its owner may have closed).
+func TestCloseDetachesGoPluginLogger(t *testing.T) {
+	isolate(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdio := p.goLog.Named("stdio") // as go-plugin derives its stdio reader's logger
+	stdio.Debug("before close")
+	if err := p.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	stdio.Debug("after close")
+	if logs.FilterMessage("before close").Len() != 1 {
+		t.Fatalf("the go-plugin logger did not reach the host's before Close: %+v", logs.AllUntimed())
+	}
+	if n := logs.FilterMessage("after close").Len(); n != 0 {
+		t.Errorf("%d lines logged through go-plugin's logger after Close reached the host's logger", n)
+	}
+}
+
 func TestTailBufferKeepsTheEnd(t *testing.T) {
 	tb := &tailBuffer{max: 16}
 	tb.Write([]byte("0123456789"))

@@ -25,6 +25,9 @@ type Plugin struct {
 	proc   *procRunner
 	host   *pluginrpc.FDSender
 	log    *zap.Logger
+	// goLog is what go-plugin logs to; detached once the process is
+	// reaped, since go-plugin's stdio reader outlives Client.Kill.
+	goLog *pluginrpc.HCLogZap
 
 	exited   chan struct{}
 	closeMu  sync.Mutex
@@ -139,7 +142,8 @@ func (p *Plugin) Path() string { return p.path }
 
 // Close asks the transport to close, then ends the plugin process and
 // releases the fd channel. It is idempotent; when it returns the process
-// has been reaped.
+// has been reaped and nothing of the plugin logs to the host's logger any
+// more.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.closeMu.Lock()
 	if p.closed {
@@ -163,6 +167,7 @@ func (p *Plugin) Close(ctx context.Context) error {
 		p.closeRing() // gone with the process, if Close was not called
 	}
 	p.client.Kill()
+	p.goLog.Detach()
 	p.host.Close()
 	<-p.watchEnd
 	p.proc.removeSocketDir()
