@@ -182,7 +182,7 @@ func (s *ringServer) sleeper() {
 	for !s.stopping.Load() {
 		jobs := s.claim(buf[:0])
 		if len(jobs) == 0 {
-			s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0)
+			s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0, s.sleepWait())
 			continue
 		}
 		s.bySleeper.Add(int64(len(jobs)))
@@ -237,6 +237,18 @@ func (s *ringServer) alone() bool {
 	return true
 }
 
+// sleepWait is how the sleeper sleeps: handing its processor off while
+// batches come concurrently (the workers have work for it, and the
+// runtime's monitor taking it back would return to polling every 20 µs),
+// keeping it otherwise, so a lone batch's wake-up resumes at once
+// (ring.Wait).
+func (s *ringServer) sleepWait() ring.Wait {
+	if time.Now().UnixNano() < s.concurrentUntil.Load() {
+		return ring.Handoff
+	}
+	return ring.Brief
+}
+
 func (s *ringServer) sawConcurrency() {
 	s.concurrentUntil.Store(time.Now().Add(concurrentHold).UnixNano())
 }
@@ -262,7 +274,9 @@ func (s *ringServer) standby() {
 			go s.work(j)
 		}
 		if len(jobs) == 0 && !s.stopping.Load() {
-			s.r.Await(ring.SQKick, seen, 0)
+			// Woken only for concurrent batches, with work to find a
+			// processor for: it hands its own off (ring.Wait).
+			s.r.Await(ring.SQKick, seen, 0, ring.Handoff)
 		}
 	}
 }

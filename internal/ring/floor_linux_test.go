@@ -57,7 +57,7 @@ func await(mode string, w *uint32, seen uint32) uint32 {
 			if v := atomic.LoadUint32(w); v != seen {
 				return v
 			}
-			futexWait(w, seen, 0)
+			futexWait(w, seen, 0, Brief)
 		}
 	case "spin":
 		for {
@@ -76,7 +76,7 @@ func await(mode string, w *uint32, seen uint32) uint32 {
 					if v := atomic.LoadUint32(w); v != seen {
 						return v
 					}
-					futexWait(w, seen, 0)
+					futexWait(w, seen, 0, Brief)
 				}
 			}
 		}

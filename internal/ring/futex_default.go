@@ -9,7 +9,7 @@ import "time"
 const Supported = false
 
 // futexWait sleeps briefly: rings are not used on this platform.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
+func futexWait(addr *uint32, val uint32, d time.Duration, how Wait) {
 	if d <= 0 || d > time.Millisecond {
 		d = time.Millisecond
 	}

@@ -3,6 +3,7 @@
 package ring
 
 import (
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -21,10 +22,19 @@ const (
 const Supported = true
 
 // futexWait sleeps while *addr == val, until a futexWake on the same word
-// (from any process mapping it), a signal, or d (when d > 0) passes. The
-// word lives in shared memory, so the futex is not FUTEX_PRIVATE_FLAG.
-// Spurious returns are allowed: callers recheck.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
+// (from any process mapping it), a signal, or d (when d > 0) passes,
+// keeping or handing off its processor as how says. The word lives in
+// shared memory, so the futex is not FUTEX_PRIVATE_FLAG. Spurious
+// returns are allowed: callers recheck.
+func futexWait(addr *uint32, val uint32, d time.Duration, how Wait) {
+	if how == Handoff {
+		var ts syscall.Timespec
+		if d > 0 {
+			ts = syscall.NsecToTimespec(d.Nanoseconds())
+		}
+		futexWaitHandoff(addr, val, ts, d > 0)
+		return
+	}
 	var ts *unix.Timespec
 	if d > 0 {
 		t := unix.NsecToTimespec(d.Nanoseconds())

@@ -90,7 +90,7 @@ func (w relayWaker) wait(seen uint32) uint32 {
 		if w.ev != nil {
 			w.ev.Read(buf[:])
 		} else {
-			futexWait(w.word, seen, 0)
+			futexWait(w.word, seen, 0, Brief)
 		}
 	}
 }

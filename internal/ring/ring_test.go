@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -296,11 +298,26 @@ func TestSharedHeaderAndQueues(t *testing.T) {
 
 // TestSleepWakes: a sleeper wakes when the word moves (with the
 // producer's notify) and when someone wakes it, never missing a change
-// that came before it slept.
+// that came before it slept, whether it keeps its processor or hands it
+// off, and with one processor in all (where a sleeper that held it would
+// leave the producer waiting for the runtime to take it back).
 func TestSleepWakes(t *testing.T) {
 	if !Supported {
 		t.Skip("no futex here")
 	}
+	for _, how := range []Wait{Brief, Handoff} {
+		for _, procs := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s/GOMAXPROCS=%d", how, procs), func(t *testing.T) {
+				if procs > 0 {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				}
+				sleepWakes(t, how)
+			})
+		}
+	}
+}
+
+func sleepWakes(t *testing.T, how Wait) {
 	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8}
 	s, _ := Attach(alignedMem(l.Size()), l)
 	woke := make(chan uint32)
@@ -315,7 +332,7 @@ func TestSleepWakes(t *testing.T) {
 				woke <- v
 				continue
 			}
-			s.Sleep(CQTail, seen, CQIdle, func() bool { return false }, 0)
+			s.Sleep(CQTail, seen, CQIdle, func() bool { return false }, 0, how)
 		}
 	}()
 	for i := uint32(1); i <= 100; i++ {
@@ -331,6 +348,69 @@ func TestSleepWakes(t *testing.T) {
 		}
 	}
 	stop.Wait()
+}
+
+// TestAwaitHandoffThroughGC: goroutines asleep with their processor
+// handed off (outside the runtime's usual system-call path) are left
+// alone by collections and stack growth elsewhere, wake on their word,
+// and their timeouts end their sleep.
+func TestAwaitHandoffThroughGC(t *testing.T) {
+	if !Supported {
+		t.Skip("no futex here")
+	}
+	l := Layout{SQEntries: 8, CQEntries: 4, SlotSize: 1024, ArenaSlots: 8}
+	s, _ := Attach(alignedMem(l.Size()), l)
+	const sleepers = 8
+	var left sync.WaitGroup
+	var woken atomic.Int32
+	for range sleepers {
+		left.Add(1)
+		go func() {
+			defer left.Done()
+			for s.Load(SQKick) == 0 {
+				s.Await(SQKick, 0, 0, Handoff)
+			}
+			woken.Add(1)
+		}()
+	}
+	// A sleeper with a timeout returns with the word unchanged.
+	timedOut := make(chan struct{})
+	go func() {
+		s.Await(CQHead, 0, time.Millisecond, Handoff)
+		close(timedOut)
+	}()
+	var deep func(n int) int
+	deep = func(n int) int {
+		var pad [512]byte
+		if n == 0 {
+			return int(pad[0])
+		}
+		return deep(n-1) + int(pad[n%len(pad)])
+	}
+	for range 20 {
+		runtime.GC()
+		deep(200) // grows this goroutine's stack
+	}
+	select {
+	case <-timedOut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a sleep with a 1ms timeout did not end")
+	}
+	s.Add(SQKick, 1)
+	done := make(chan struct{})
+	go func() { left.Wait(); close(done) }()
+	for {
+		s.Wake(SQKick)
+		select {
+		case <-done:
+			if n := woken.Load(); n != sleepers {
+				t.Fatalf("%d of %d sleepers woke", n, sleepers)
+			}
+			return
+		case <-time.After(time.Millisecond):
+			// a Wake before a sleeper's futex is lost: repeat it
+		}
+	}
 }
 
 // FuzzDecodeResults: a plugin can write anything into a batch's area and

@@ -162,11 +162,12 @@ func (s *Shared) NotifyCQ() {
 // Spurious returns happen; the caller rechecks. A Wake that comes
 // between the last look at done and the futex is lost: whoever makes
 // done true and wakes the sleeper must repeat the wake until the sleeper
-// has left, or the sleeper must sleep with a timeout.
-func (s *Shared) Sleep(w Word, seen uint32, idle Word, done func() bool, timeout time.Duration) {
+// has left, or the sleeper must sleep with a timeout. how says what the
+// thread does with its processor meanwhile.
+func (s *Shared) Sleep(w Word, seen uint32, idle Word, done func() bool, timeout time.Duration, how Wait) {
 	s.Store(idle, 1)
 	if s.Load(w) == seen && !done() {
-		futexWait(s.word(w), seen, timeout)
+		futexWait(s.word(w), seen, timeout, how)
 	}
 	s.Store(idle, 0)
 }
@@ -174,9 +175,10 @@ func (s *Shared) Sleep(w Word, seen uint32, idle Word, done func() bool, timeout
 // Await sleeps on w's futex while w holds seen, until a Wake(w) or
 // timeout (when > 0). Spurious returns happen, and a Wake before the
 // sleep is lost: the caller rechecks, and whoever must end the wait
-// repeats its wake until the waiter has left.
-func (s *Shared) Await(w Word, seen uint32, timeout time.Duration) {
-	futexWait(s.word(w), seen, timeout)
+// repeats its wake until the waiter has left. how says what the thread
+// does with its processor meanwhile.
+func (s *Shared) Await(w Word, seen uint32, timeout time.Duration, how Wait) {
+	futexWait(s.word(w), seen, timeout, how)
 }
 
 // Tuning knobs (environment variables) fixing the spin budgets
