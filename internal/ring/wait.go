@@ -16,12 +16,12 @@ const (
 	// platform has no hand-off, it is Brief). For sleeps while the
 	// process has other work, such as concurrent batches: each time the
 	// monitor takes a processor back from a sleeper it returns to
-	// polling every 20 µs, each poll a context switch, which on a VM with
-	// two vCPUs cost a plugin serving 64 KiB batches about a tenth of its
-	// throughput (docs/DATAPATH.md, fifteenth round). A lone small op
-	// pays more for finding a processor again than it saves: 4 KiB single
-	// ops through a plugin whose sleeper always handed off ran 15–25 %
-	// fewer ops per second there.
+	// polling every 20 µs, each poll a context switch: on a VM with two
+	// vCPUs the plugin processes switched 20–21 times per 64 KiB batch
+	// with Brief, 14–16 with Handoff (docs/DATAPATH.md, fifteenth round).
+	// A lone small op pays more for finding a processor again than it
+	// saves: 4 KiB single ops through a plugin whose sleeper always
+	// handed off ran 14–24 % fewer ops per second there.
 	Handoff
 )
 

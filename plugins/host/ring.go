@@ -524,8 +524,9 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 			if yield {
 				rc.yield()
 			}
-			// Brief: handing the processor off (ring.Handoff) made single ops
-			// slower and batches no faster here (DATAPATH.md, fifteenth round).
+			// Brief: handing the processor off (ring.Handoff) while batches
+			// were pending cost more switches and gained no GB/s
+			// (DATAPATH.md, fifteenth round).
 			rc.r.Sleep(ring.CQTail, seen, ring.CQIdle, func() bool { return ctx.Err() != nil || !rc.usable() }, ringSleep, ring.Brief)
 			if rc.r.Load(ring.CQTail) != seen {
 				rc.stats.woken.Add(1)
