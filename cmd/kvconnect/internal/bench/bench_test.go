@@ -540,6 +540,10 @@ func TestSuiteTable(t *testing.T) {
 			}
 		}
 	}
+	// Every target row says in how many of the rounds (here one) it was met.
+	if _, row, ok := strings.Cut(out, "| tcp plugin / raw Go TCP, WRITE 1MiB ≥ 0.85 |"); !ok || !strings.Contains(strings.SplitN(row, "\n", 2)[0], " of 1 |") {
+		t.Errorf("the 1MiB WRITE target row does not count its rounds: %q", strings.SplitN(row, "\n", 2)[0])
+	}
 	if !strings.Contains(out, "| host / other context switches per batch |") || !strings.Contains(out, "| host / other context switches per op |") {
 		t.Error("the report has no context switch columns")
 	}

@@ -1,6 +1,10 @@
 package bench
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
 
 // TestPairedRatio pairs results by round, skipping rounds one side lacks.
 func TestPairedRatio(t *testing.T) {
@@ -19,6 +23,49 @@ func TestPairedRatio(t *testing.T) {
 		s := pairedRatio(tc.a, tc.b, p50Of)
 		if s.N != tc.n || (tc.n > 0 && s.Median != tc.median) {
 			t.Errorf("%s: got N=%d median=%v, want N=%d median=%v", tc.name, s.N, s.Median, tc.n, tc.median)
+		}
+	}
+}
+
+// TestRoundsMeeting counts the rounds whose ratio met its target, so a
+// median on the target's edge shows as the coin toss it is.
+func TestRoundsMeeting(t *testing.T) {
+	atLeast1 := func(v float64) bool { return v >= 1 }
+	for _, tc := range []struct {
+		name string
+		vals []float64
+		ok   func(float64) bool
+		want string
+	}{
+		{"none measured", nil, atLeast1, "–"},
+		{"all", []float64{1.2, 1.0, 1.5}, atLeast1, "3 of 3"},
+		{"a coin toss", []float64{0.97, 1.3, 0.88, 1.42, 1.01}, atLeast1, "3 of 5"},
+		{"none", []float64{0.5, 0.9}, atLeast1, "0 of 2"},
+		{"at most", []float64{1.2, 1.4, 1.31}, func(v float64) bool { return v <= 1.3 }, "1 of 3"},
+	} {
+		if got := roundsMeeting(summarize(tc.vals), tc.ok); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestMooncakeTableRoundsMeeting: the Mooncake comparison table says in
+// how many rounds each row met its target, and nothing for a row that
+// has none.
+func TestMooncakeTableRoundsMeeting(t *testing.T) {
+	res := &SuiteResult{Rounds: 5, PluginVsInProcess: map[string]summary{}, VsMooncake: []Comparison{
+		{Variant: VariantMCPtoKV, Base: VariantMCPtoMC, Op: Read, BlockSize: 16 << 10, Ratio: summarize([]float64{0.97, 1.3, 0.88, 1.42, 1.01}), Target: 1},
+		{Variant: VariantTCPPlugin, Base: VariantMCPtoMC, Op: Read, BlockSize: 16 << 10, Ratio: summarize([]float64{8, 9})},
+	}}
+	var md bytes.Buffer
+	res.WriteMarkdown(&md, false)
+	out := md.String()
+	for _, want := range []string{
+		"| " + VariantMCPtoKV + " | " + VariantMCPtoMC + " | READ | 16KiB | **1.01** | 0.88–1.42 | 1.00 | yes | 3 of 5 | – |",
+		"| " + VariantTCPPlugin + " | " + VariantMCPtoMC + " | READ | 16KiB | **8.50** | 8.00–9.00 | – | – | – | – |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no row %q in\n%s", want, out)
 		}
 	}
 }

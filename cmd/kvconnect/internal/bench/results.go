@@ -152,23 +152,7 @@ func summarizeSuite(res *SuiteResult) {
 			c.HostSwBatch, c.OtherSwBatch = summarize(hsw), summarize(psw)
 		}
 	}
-	ratio := func(a, b *Cell) summary {
-		if a == nil || b == nil {
-			return summary{}
-		}
-		// Pair results by round: each round measured both back to back.
-		base := map[int]float64{}
-		for _, r := range b.Results {
-			base[r.Round] = r.GBps
-		}
-		var rs []float64
-		for _, r := range a.Results {
-			if g := base[r.Round]; g > 0 {
-				rs = append(rs, r.GBps/g)
-			}
-		}
-		return summarize(rs)
-	}
+	ratio := func(a, b *Cell) summary { return pairedRatio(a, b, gbOf) }
 	res.Baseline = VariantRaw1
 	for _, v := range res.Variants {
 		if v.Name == VariantRaw && v.Available {
