@@ -525,11 +525,19 @@ func TestSuiteTable(t *testing.T) {
 	if len(res.MetricsOverhead) != 3 { // single 4KiB and 1MiB WRITEs, 1MiB WRITEs in batches
 		t.Errorf("metrics overhead comparisons: %+v", res.MetricsOverhead)
 	}
-	if strings.Contains(out, "| "+VariantTCPMetrics+" | WRITE |") {
-		t.Error("the metrics-on variant has rows in the throughput table: it is measured only against tcp plugin")
+	for _, v := range []string{VariantTCPMetrics, VariantTCPMetricsOff} {
+		if strings.Contains(out, "| "+v+" | WRITE |") || strings.Contains(out, "| "+v+" | READ |") {
+			t.Errorf("%s has rows in the throughput table: the metrics pairs run only against each other", v)
+		}
+	}
+	// The metrics comparison is between the two pairs that run only in it.
+	for _, c := range res.MetricsCells {
+		if !metricsOnly(c.Variant) {
+			t.Errorf("metrics cell of %s: the on/off comparison takes pairs that run only in it", c.Variant)
+		}
 	}
 	for _, c := range append(res.Cells, res.MetricsCells...) {
-		if c.Variant == VariantRaw || c.Variant == VariantRaw1 || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPMetrics || c.Variant == VariantTCPInProc {
+		if c.Variant == VariantRaw || c.Variant == VariantRaw1 || c.Variant == VariantTCPPlugin || c.Variant == VariantTCPMetrics || c.Variant == VariantTCPMetricsOff || c.Variant == VariantTCPInProc {
 			if len(c.Results) != 1 || len(c.Errors) > 0 {
 				t.Errorf("%s %s %s: %d results, errors %v", c.Variant, c.Op, units.FormatSize(uint64(c.BlockSize)), len(c.Results), c.Errors)
 				continue

@@ -275,8 +275,8 @@ func mergeResults(rs []Result, w Workload) Result {
 	return m
 }
 
-// summarizeMetricsOverhead compares the metrics-on variant with the plain
-// tcp plugin on every workload both measured.
+// summarizeMetricsOverhead compares the metrics-on variant with the
+// metrics-off one on every workload both measured.
 func summarizeMetricsOverhead(res *SuiteResult, ratio func(a, b *Cell) summary) {
 	for i := 0; i+1 < len(res.MetricsCells); i += 2 {
 		off, on := res.MetricsCells[i], res.MetricsCells[i+1]
@@ -305,15 +305,17 @@ func (res *SuiteResult) writeMetricsOverhead(w io.Writer) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Metrics overhead\n\n")
-	p("\"%s\" is \"%s\" with both nodes' metrics endpoints on (metrics_address: every counter and histogram the connector keeps, "+
+	p("\"%s\" is a tcp plugin pair with both nodes' metrics endpoints on (metrics_address: every counter and histogram the connector keeps, "+
 		"the tcp transport's served counts) and each endpoint scraped over HTTP every %v while it runs (the scrape asks the plugin for what it served), "+
-		"15 to 60 times as often as Prometheus is usually set to. Each round measures the two on each workload in interleaved slices of a quarter of the duration "+
+		"15 to 60 times as often as Prometheus is usually set to. It is compared with \"%s\", a pair started the same way with metrics off; "+
+		"both run only in this comparison, so both sit as idle between rounds (a pair that has just run the other workloads is faster in its next second than one that has not). "+
+		"Each round measures the two on each workload in interleaved slices of a quarter of the duration "+
 		"(off, on, on, off, off, on, on, off; each warmed up once), so the machine's noise hits both alike; the ratio is the median over rounds of metrics on / off GB/s "+
 		"(for single ops the same as ops/s). Target: at least %.2f (at most 2%% slower).\n\n",
-		VariantTCPMetrics, VariantTCPPlugin, ScrapeInterval, MetricsOverheadTarget)
+		VariantTCPMetrics, ScrapeInterval, VariantTCPMetricsOff, MetricsOverheadTarget)
 	p("| workload | off: GB/s, p50 (median) | on: GB/s, p50 (median) | on / off (median) | min–max | met | rounds meeting it |\n|---|---:|---:|---:|---:|---|---:|\n")
 	for _, c := range res.MetricsOverhead {
-		on, off := res.findCell(VariantTCPMetrics, c.Op, c.BlockSize, c.BatchSize), res.findCell(VariantTCPPlugin, c.Op, c.BlockSize, c.BatchSize)
+		on, off := res.findCell(VariantTCPMetrics, c.Op, c.BlockSize, c.BatchSize), res.findCell(VariantTCPMetricsOff, c.Op, c.BlockSize, c.BatchSize)
 		cellStr := func(x *Cell) string {
 			if x == nil || x.GBps.N == 0 {
 				return "–"

@@ -81,11 +81,11 @@ type SuiteResult struct {
 	Baseline string  `json:"baseline"`
 	Cells    []*Cell `json:"cells"`
 	Latency  []*Cell `json:"latency"`
-	// MetricsCells are "tcp plugin" and "tcp plugin, metrics on" measured
+	// MetricsCells are "tcp plugin, metrics off" and "tcp plugin, metrics on" measured
 	// against each other in interleaved slices (metricsWorkloads); apart
 	// from the cells above.
 	MetricsCells []*Cell `json:"metrics_cells,omitempty"`
-	// MetricsOverhead compares "tcp plugin, metrics on" with "tcp plugin"
+	// MetricsOverhead compares "tcp plugin, metrics on" with "tcp plugin, metrics off"
 	// workload by workload (GB/s, same-round ratios); each must be at
 	// least MetricsOverheadTarget.
 	MetricsOverhead []Comparison `json:"metrics_overhead,omitempty"`

@@ -172,7 +172,7 @@ type suiteRun struct {
 	latency     Workload   // the single-op latency cell's
 	metricsWs   []Workload // tcp plugin with metrics off and on, interleaved
 	metricsCell map[[2]int]*Cell
-	off, on     *running // tcp plugin, and with metrics on
+	off, on     *running // tcp plugin with metrics off and on, for their comparison only
 }
 
 // running is a variant that started, and its index in res.Variants.
@@ -257,7 +257,7 @@ func (r *suiteRun) layout() {
 		}
 	}
 	for _, s := range res.Variants {
-		if s.Name == VariantTCPMetrics {
+		if metricsOnly(s.Name) {
 			continue
 		}
 		if s.LatencyOnly {
@@ -276,8 +276,9 @@ func (r *suiteRun) layout() {
 		case VariantTCPMetrics:
 			r.on = &r.live[i]
 			continue
-		case VariantTCPPlugin:
+		case VariantTCPMetricsOff:
 			r.off = &r.live[i]
+			continue
 		}
 		r.cell(&res.Latency, res.Variants[l.idx].Name, r.latency)
 	}
@@ -285,7 +286,7 @@ func (r *suiteRun) layout() {
 	r.metricsCell = map[[2]int]*Cell{} // [workload, on]
 	if r.off != nil && r.on != nil {
 		for i, w := range r.metricsWs {
-			for k, v := range []string{VariantTCPPlugin, VariantTCPMetrics} {
+			for k, v := range []string{VariantTCPMetricsOff, VariantTCPMetrics} {
 				c := &Cell{Variant: v, Op: w.Op, BlockSize: w.BlockSize, BatchSize: w.BatchSize, Threads: w.Threads}
 				r.metricsCell[[2]int{i, k}] = c
 				res.MetricsCells = append(res.MetricsCells, c)
@@ -304,7 +305,7 @@ func (r *suiteRun) round(round int) error {
 				return err
 			}
 			l := r.live[(j+round)%len(r.live)]
-			if st := r.res.Variants[l.idx]; st.Name != VariantTCPMetrics && (w.BatchSize == 1 || !st.LatencyOnly) {
+			if st := r.res.Variants[l.idx]; !metricsOnly(st.Name) && (w.BatchSize == 1 || !st.LatencyOnly) {
 				r.measure(round, l, w)
 			}
 		}
@@ -320,6 +321,12 @@ func (r *suiteRun) round(round int) error {
 	r.o.Progress.Set("round %d/%d  connector.New with protocol %s -> %s", round+1, r.o.Rounds, names.RDMA, names.TCP)
 	timeFallback(r.ctx, r.o, &r.res.Fallback)
 	return nil
+}
+
+// metricsOnly reports whether variant runs only in the metrics on/off
+// comparison (measureMetrics), not in the workloads' tables.
+func metricsOnly(variant string) bool {
+	return variant == VariantTCPMetrics || variant == VariantTCPMetricsOff
 }
 
 // measure runs w once on variant l; a variant that fails is left out of
@@ -351,7 +358,7 @@ func (r *suiteRun) measure(round int, l running, w Workload) {
 	c.Results = append(c.Results, out)
 }
 
-// measureMetrics runs metrics workload i on tcp plugin with metrics off
+// measureMetrics runs metrics workload i on the tcp plugin pairs with metrics off
 // and on, interleaved.
 func (r *suiteRun) measureMetrics(round, i int, w Workload) {
 	cells := [2]*Cell{r.metricsCell[[2]int{i, 0}], r.metricsCell[[2]int{i, 1}]}

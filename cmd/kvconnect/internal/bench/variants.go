@@ -25,7 +25,13 @@ const (
 	// VariantTCPMetrics is VariantTCPPlugin with both nodes' metrics
 	// endpoints on (metrics_address), scraped every ScrapeInterval.
 	VariantTCPMetrics = "tcp plugin, metrics on"
-	VariantTCPInProc  = "tcp in-process"
+	// VariantTCPMetricsOff is what VariantTCPMetrics is compared with: a
+	// pair started as VariantTCPPlugin is, that runs only in that
+	// comparison, so both pairs sit as idle between rounds (a pair that
+	// has just run the other workloads is faster in its next second than
+	// one that has not: docs/DATAPATH.md, sixteenth round).
+	VariantTCPMetricsOff = "tcp plugin, metrics off"
+	VariantTCPInProc     = "tcp in-process"
 	// The two-process variants: the initiator node in this process, the
 	// target node in a process of its own (as deployed), tcp as a plugin
 	// on both sides or in-process on both.
@@ -152,6 +158,9 @@ func (o *SuiteOptions) variants(conns int) []variantSetup {
 				}
 				return newMetricsBencher(b.(pairBencher).p), nil
 			}},
+		{required: true, status: VariantStatus{Name: VariantTCPMetricsOff, Transport: tcp.Name, Mode: "plugin",
+			Detail: fmt.Sprintf("%d connections; runs only against %s", conns, VariantTCPMetrics)},
+			start: pair(strict(tcp.Name, nil), tcp.Name, nodeOpts())},
 		{required: true, status: VariantStatus{Name: VariantTCPInProc, Transport: tcp.Name, Mode: "in-process", Detail: fmt.Sprintf("%d connections", conns)},
 			start: pair(strict(tcp.Name, nil), tcp.Name, nodeOpts(InProcessTCP()))},
 	}...)
