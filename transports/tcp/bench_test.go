@@ -134,7 +134,7 @@ type bnode struct {
 }
 
 // benchNode starts a tcp transport in this process, or as a plugin process.
-func benchNode(b *testing.B, plugin bool) *bnode {
+func benchNode(b testing.TB, plugin bool) *bnode {
 	var tr plugins.Transport = tcp.New()
 	if plugin {
 		bin, err := testbin.Build("./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
@@ -156,7 +156,7 @@ func benchNode(b *testing.B, plugin bool) *bnode {
 }
 
 // alloc registers a shared-memory region (as the connector does).
-func (n *bnode) alloc(b *testing.B, size int) plugins.RegionID {
+func (n *bnode) alloc(b testing.TB, size int) plugins.RegionID {
 	seg, err := shm.New("bench", size)
 	if err != nil {
 		b.Fatal(err)

@@ -34,7 +34,8 @@ import (
 type conn struct {
 	p  *peer
 	nc net.Conn
-	fr *frameReader // the responses; used by the holder of reading only
+	fr *frameReader          // the responses; used by the holder of reading only
+	hb [wire.HeaderSize]byte // the response header being read; the holder of reading's (a local would escape to the heap: one allocation per op)
 
 	mu      sync.Mutex
 	cond    sync.Cond // the sender's: chunks to write, writing over, broken
@@ -339,7 +340,7 @@ func (c *conn) readLoop() {
 // of sending behind a reader that would take what the peer sent
 // meanwhile for a response.
 func (c *conn) readOne(release bool) (started, released bool, err error) {
-	var hb [wire.HeaderSize]byte
+	hb := &c.hb
 	var h wire.Header
 	if n, err := c.fr.header(hb[:]); err != nil {
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
