@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvconnect/kvconnect/auth"
+	"github.com/kvconnect/kvconnect/internal/prefault"
 	"github.com/kvconnect/kvconnect/internal/ratelog"
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
@@ -156,10 +157,19 @@ func initError(step, cause string, err error) *plugins.InitError {
 }
 
 // RegisterRegion makes r's memory available to local ops and to peers.
+// It first has the kernel read a byte of every page (internal/prefault),
+// the memory its socket copies will use, so the region's first ops run at
+// the speed of the next ones; on the VM where that was measured it costs
+// about 6 µs a page here instead of 13 in each op's first pass.
 func (t *Transport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
 	if err := t.guard.Up(Name); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	pages, err := prefault.ForKernel(ctx, r.Mem)
+	// Pages left unread are only slower in their first op.
+	t.log.Debug("tcp: region prefaulted for the kernel's copies", zap.Uint64("region", uint64(r.ID)),
+		zap.Int("pages", pages), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if err := t.regions.Add(uint64(r.ID), r.Addr, r.Mem); err != nil {
 		return nil, fmt.Errorf("tcp: register: %w", err)
 	}
