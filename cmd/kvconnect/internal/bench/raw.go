@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvconnect/kvconnect/internal/prefault"
 	"github.com/kvconnect/kvconnect/internal/shm"
 	"github.com/kvconnect/kvconnect/units"
 )
@@ -155,10 +156,12 @@ func NewRaw(o RawOptions) (*Raw, error) {
 	return r, nil
 }
 
-// touched allocates a raw end's buffer and faults its pages in. It asks
-// for huge pages when kvconnect's regions get them on this machine
-// (internal/shm: shared memory's own setting), so the baseline and the
-// variants it is compared with move the same kind of memory.
+// touched allocates a raw end's buffer and faults its pages in, for
+// user-mode access and then for the kernel's copies, as the tcp
+// transport's registration does (internal/prefault). It asks for huge
+// pages when kvconnect's regions get them on this machine (internal/shm:
+// shared memory's own setting), so the baseline and the variants it is
+// compared with move the same kind of memory, equally ready.
 func touched(n int) []byte {
 	b := make([]byte, n)
 	if _, huge, _ := shm.ShmemHuge(); huge {
@@ -167,6 +170,7 @@ func touched(n int) []byte {
 	for i := 0; i < n; i += 4096 {
 		b[i] = 1
 	}
+	prefault.ForKernel(context.Background(), b) // best effort, as the transport's
 	return b
 }
 
