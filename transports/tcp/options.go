@@ -49,6 +49,13 @@ type Options struct {
 	// target on another host. Default true; false closes with a FIN, as
 	// Mooncake's own server does.
 	MooncakeResetOnClose bool `json:"mooncake_reset_on_close"`
+	// Prefault has the kernel read every page of a region when it is
+	// registered (internal/prefault), so the region's first ops run at
+	// full speed on virtual machines where the kernel's first access to a
+	// page traps to the hypervisor. It spends at most half of the time
+	// the registration was given. Default true; false leaves the cost to
+	// each page's first op.
+	Prefault bool `json:"prefault"`
 }
 
 // DefaultOptions are the options used for keys the config leaves out.
@@ -63,6 +70,7 @@ func DefaultOptions() Options {
 		// A reset loses nothing here: the peer closed after its last
 		// request, and it has acknowledged every byte of the answers.
 		MooncakeResetOnClose: true,
+		Prefault:             true,
 	}
 }
 
