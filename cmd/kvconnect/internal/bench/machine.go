@@ -25,12 +25,15 @@ type Machine struct {
 	// Pages is the page size regions and the raw baseline's buffers get:
 	// shared memory's transparent huge page setting and what it gives.
 	Pages string `json:"pages"`
+	// TCP is the kernel's default TCP congestion control, which every
+	// variant's sockets get ("" where the platform does not say).
+	TCP string `json:"tcp_congestion_control,omitempty"`
 }
 
 // DescribeMachine reads the CPU model, core count, kernel and Go version.
 func DescribeMachine() Machine {
 	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg(), Pages: pageSetting()}
+		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg(), Pages: pageSetting(), TCP: congestionControl()}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
@@ -51,6 +54,19 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// congestionFile holds the kernel's default TCP congestion control.
+const congestionFile = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+// congestionControl is the default TCP congestion control ("" when the
+// file cannot be read).
+func congestionControl() string {
+	b, err := os.ReadFile(congestionFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages.
