@@ -160,8 +160,8 @@ func initError(step, cause string, err error) *plugins.InitError {
 // Unless transports.tcp.prefault is false, it first has the kernel read
 // a byte of every page (internal/prefault), the memory its socket copies
 // will use, so the region's first ops run at the speed of the next ones
-// (on the VM where that was measured, about 5.5 µs a page here instead
-// of 13 in each page's first op). That takes at most half of the time
+// (on the VM where that was measured, the same 6 µs a page moves from
+// each page's first op to here). That takes at most half of the time
 // left before ctx's deadline, so a registration with a deadline (a
 // plugin's restart re-registers every region within one) still finishes;
 // the pages left unread are only slower in their first op.
