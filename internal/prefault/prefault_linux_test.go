@@ -6,6 +6,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -56,6 +59,7 @@ func TestForKernelReadsEveryPage(t *testing.T) {
 		{"unaligned ends", 40, 100, 100, 40},
 		{"one byte in each end page", 3, page - 1, page - 1, 3},
 		{"inside one page", 1, 10, 10, 1},
+		{"large enough to read in parts", 2*16384 + 300, 5, 7, 2*16384 + 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := anon(t, tc.pages)
@@ -143,5 +147,29 @@ func TestForKernelCanceled(t *testing.T) {
 	}
 	if got := resident(t, m); got != 0 {
 		t.Errorf("%d pages read after cancel", got)
+	}
+}
+
+// A hole in memory read in parts ends its own part; the error names the
+// hole's offset, and the other parts are read.
+func TestForKernelHoleInParts(t *testing.T) {
+	page := unix.Getpagesize()
+	const pages = 2*16384 + 8
+	m := anon(t, pages)
+	if _, _, e := unix.Syscall(unix.SYS_MUNMAP, uintptr(unsafe.Pointer(&m[100*page])), uintptr(page), 0); e != 0 {
+		t.Fatal(e)
+	}
+	n, err := prefault.ForKernel(context.Background(), m)
+	if !errors.Is(err, unix.EFAULT) || !strings.Contains(err.Error(), fmt.Sprintf("offset %d:", 100*page)) {
+		t.Fatalf("err = %v, want EFAULT at offset %d", err, 100*page)
+	}
+	if n < 100 {
+		t.Errorf("read %d pages, want at least the 100 before the hole", n)
+	}
+	if runtime.GOMAXPROCS(0) >= 2 {
+		// The last part begins past the hole's part.
+		if got := resident(t, m[len(m)-page:]); got != 1 {
+			t.Errorf("the last page was not read: the parts after the hole's did not run")
+		}
 	}
 }
