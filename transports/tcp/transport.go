@@ -187,9 +187,19 @@ func (t *Transport) prefault(ctx context.Context, r plugins.Region) {
 		defer cancel()
 	}
 	pages, err := prefault.ForKernel(ctx, r.Mem)
-	t.log.Debug("tcp: region prefaulted for the kernel's copies", zap.Uint64("region", uint64(r.ID)),
-		zap.Int("pages", pages), zap.Duration("took", time.Since(start)), zap.Error(err))
+	took := time.Since(start)
+	log := t.log.Debug
+	if took >= slowPrefault {
+		// Slow enough to be a node's visible start-up time: say why.
+		log = t.log.Info
+	}
+	log("tcp: region prefaulted for the kernel's copies (transports.tcp.prefault; false leaves this cost to each page's first transfer)",
+		zap.Uint64("region", uint64(r.ID)), zap.Int("bytes", len(r.Mem)), zap.Int("pages", pages), zap.Duration("took", took), zap.Error(err))
 }
+
+// slowPrefault is how long a region's prefault takes before it is
+// logged at info rather than debug level.
+var slowPrefault = time.Second
 
 // halfway is the time halfway from now to deadline (now when the
 // deadline has passed).
