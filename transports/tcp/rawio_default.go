@@ -34,3 +34,6 @@ func (*rawIO) peerClosed() (closed, reset bool) { return false, false }
 
 // resetOnClose does nothing here: the close sends a FIN.
 func (*rawIO) resetOnClose() bool { return false }
+
+// limitUnsent does nothing here: the socket queues what it may.
+func (*rawIO) limitUnsent(int) bool { return false }

@@ -28,6 +28,8 @@ type targetConn struct {
 	dl  connDeadlines // its deadlines; the serving goroutine's
 	raw *rawIO        // raw I/O on nc; nil where there is none (platform, or nc is not a socket)
 	rw  io.ReadWriter // raw, or nc when raw is nil
+
+	unsentLimited bool // a Mooncake READ answer larger than mooncakeUnsent limited nc's unsent bytes
 }
 
 // The first read of a connection takes at most a Mooncake header: never
