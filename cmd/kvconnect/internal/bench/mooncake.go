@@ -174,9 +174,19 @@ type mooncakeInitiator struct {
 // that counted fewer than mooncakeMinBatches is measured again, long
 // enough for that many (the short one served as its warmup), at most
 // mooncakeMaxSecs, and later runs of that workload last as long.
+//
+// Each run is a new initiator process whose buffer is touched for the
+// first time during the run: at 1 MiB its batches cover all 512 MiB of
+// it, and on the AMD EPYC VM each thread's first batch took about 5 s
+// against 0.6 s for the next (docs/DATAPATH.md, eighteenth round). The
+// short run's rate is then the first pass's, so the longer run lasts
+// mooncakeMaxSecs, of which 20 s leaves the steady state about three
+// quarters (8 s left it about half). Workloads whose batches touch
+// little memory count enough batches in their first second and are not
+// stretched.
 const (
 	mooncakeMinBatches = 24
-	mooncakeMaxSecs    = 8
+	mooncakeMaxSecs    = 20
 )
 
 var mooncakeCompleted = regexp.MustCompile(`Test completed: duration ([0-9.]+), batch count ([0-9]+), throughput ([0-9.]+)`)
