@@ -117,8 +117,23 @@ func (tc *targetConn) gaveUp(v2 bool) bool {
 // so, beside a third copying, against a target that does not queue
 // ahead (docs/DATAPATH.md, eighteenth round). Limited, the target sends
 // each piece itself when the window opens: more wake-ups here, fewer
-// cycles there.
+// cycles there. Only for a peer on this host: across a network the
+// kernel sends on acknowledgments in this host's own softirq, and on a
+// fast link a 64 KiB limit would leave the writer a few µs to refill it
+// before the link idles.
 const mooncakeUnsent = 64 << 10
+
+// sameHost reports whether a connection's two ends are on this host:
+// the peer is a loopback address, or the same address as ours (a node
+// that dials its own outward address is routed through loopback too).
+func sameHost(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	if !lok || !rok {
+		return false
+	}
+	return r.IP.IsLoopback() || r.IP.Equal(l.IP)
+}
 
 // mooncakeBody moves one request's payload; false ends the connection.
 //
@@ -155,8 +170,11 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 	if h.V2 {
 		out, n = [2][]byte{sb[:], mem}, 2
 	}
-	if tc.raw != nil && !tc.unsentLimited && len(mem) > mooncakeUnsent {
-		tc.unsentLimited = tc.raw.limitUnsent(mooncakeUnsent)
+	if tc.raw != nil && !tc.unsentTried && len(mem) > mooncakeUnsent {
+		tc.unsentTried = true
+		if sameHost(tc.nc.LocalAddr(), tc.nc.RemoteAddr()) {
+			tc.raw.limitUnsent(mooncakeUnsent) // best effort: refused, the answer is queued as before
+		}
 	}
 	tc.boundWrite()
 	defer tc.unbound()

@@ -29,7 +29,7 @@ type targetConn struct {
 	raw *rawIO        // raw I/O on nc; nil where there is none (platform, or nc is not a socket)
 	rw  io.ReadWriter // raw, or nc when raw is nil
 
-	unsentLimited bool // a Mooncake READ answer larger than mooncakeUnsent limited nc's unsent bytes
+	unsentTried bool // a Mooncake READ answer larger than mooncakeUnsent asked for nc's unsent bytes to be limited (same host only)
 }
 
 // The first read of a connection takes at most a Mooncake header: never
