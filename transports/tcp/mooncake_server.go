@@ -173,7 +173,7 @@ func (tc *targetConn) mooncakeBody(h mcwire.Header, mem []byte, sb *[mcwire.Stat
 	if tc.raw != nil && !tc.unsentTried && len(mem) > mooncakeUnsent {
 		tc.unsentTried = true
 		if sameHost(tc.nc.LocalAddr(), tc.nc.RemoteAddr()) {
-			tc.raw.limitUnsent(mooncakeUnsent) // best effort: refused, the answer is queued as before
+			tc.raw.limitUnsent(mooncakeUnsent)
 		}
 	}
 	tc.boundWrite()

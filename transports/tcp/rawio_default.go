@@ -36,4 +36,4 @@ func (*rawIO) peerClosed() (closed, reset bool) { return false, false }
 func (*rawIO) resetOnClose() bool { return false }
 
 // limitUnsent does nothing here: the socket queues what it may.
-func (*rawIO) limitUnsent(int) bool { return false }
+func (*rawIO) limitUnsent(int) {}

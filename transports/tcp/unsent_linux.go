@@ -12,14 +12,11 @@ import (
 // (TCP_NOTSENT_LOWAT): a write that would queue more waits in the
 // poller until the peer's acknowledgments let the kernel send what is
 // queued, then the writer sends the next piece itself. One raw system
-// call; false if the kernel refused it.
-func (r *rawIO) limitUnsent(n int) bool {
+// call, best effort: refused, the socket queues as before.
+func (r *rawIO) limitUnsent(n int) {
 	v := int32(n)
-	ok := false
 	r.rc.Control(func(fd uintptr) {
-		_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT,
+		unix.RawSyscall6(unix.SYS_SETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT,
 			uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0)
-		ok = e == 0
 	})
-	return ok
 }
