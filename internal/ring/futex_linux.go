@@ -43,7 +43,12 @@ func futexWait(addr *uint32, val uint32, d time.Duration, how Wait) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
 }
 
-// futexWake wakes up to n sleepers on addr.
+// futexWake wakes up to n sleepers on addr. FUTEX_WAKE never blocks, so
+// it is a raw system call: through the runtime's (syscall.Syscall) it
+// would wake the runtime's monitor thread (sysmon) whenever that slept
+// deeply, restarting its 20 µs polling, each poll a thread wake-up that
+// preempts whatever ran on that vCPU: once per completion in a plugin
+// that posts them (docs/DATAPATH.md, nineteenth round).
 func futexWake(addr *uint32, n int) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(n), 0, 0, 0)
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(n), 0, 0, 0)
 }
