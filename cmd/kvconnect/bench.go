@@ -389,6 +389,11 @@ func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {
 			sw += fmt.Sprintf(", plugins %.1f", float64(r.PluginSwitches)/float64(r.Batches))
 		}
 		fmt.Fprintf(out, "  switches       %s context switches per batch (every thread, voluntary and involuntary)\n", sw)
+		wait := fmt.Sprintf("host %.0f µs", r.HostRunDelay*1e6/float64(r.Batches))
+		if len(r.PluginPIDs) > 0 {
+			wait += fmt.Sprintf(", plugins %.0f µs", r.PluginRunDelay*1e6/float64(r.Batches))
+		}
+		fmt.Fprintf(out, "  waiting        %s per batch runnable but not running; vCPUs idle %.0f %% of the time\n", wait, 100*r.VCPUIdle)
 	}
 	if r.Verify != nil {
 		fmt.Fprintf(out, "  verify         %s\n", describeVerify(*r.Verify))

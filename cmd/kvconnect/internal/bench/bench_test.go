@@ -546,6 +546,12 @@ func TestSuiteTable(t *testing.T) {
 			if r := c.Results[0]; r.HostSwitches <= 0 || (len(r.PluginPIDs) > 0 && r.PluginSwitches <= 0) {
 				t.Errorf("%s %s: context switches host %d, plugins %d (pids %v): a process that waits switches", c.Variant, c.Op, r.HostSwitches, r.PluginSwitches, r.PluginPIDs)
 			}
+			if r := c.Results[0]; !r.hostWaitKnown || r.HostRunDelay < 0 || r.PluginRunDelay < 0 || r.VCPUIdle < 0 || r.VCPUIdle > 1 {
+				t.Errorf("%s %s: run delay host %v (measured %v), plugins %v; vCPUs idle %v", c.Variant, c.Op, r.HostRunDelay, r.hostWaitKnown, r.PluginRunDelay, r.VCPUIdle)
+			}
+			if c.HostWaitBatch.N != 1 || c.VCPUIdle.N != 1 {
+				t.Errorf("%s %s: waiting and idle not summarized: %+v, %+v", c.Variant, c.Op, c.HostWaitBatch, c.VCPUIdle)
+			}
 		}
 	}
 	// Every target row says in how many of the rounds (here one) it was met.
@@ -554,6 +560,12 @@ func TestSuiteTable(t *testing.T) {
 	}
 	if !strings.Contains(out, "| host / other context switches per batch |") || !strings.Contains(out, "| host / other context switches per op |") {
 		t.Error("the report has no context switch columns")
+	}
+	if !strings.Contains(out, "| host / other waiting µs per batch | vCPUs idle |") {
+		t.Error("the report has no waiting and idle columns")
+	}
+	if _, row, ok := strings.Cut(out, "| "+VariantTCPPlugin+" | WRITE | 64KiB | **"); !ok || !strings.HasSuffix(strings.SplitN(row, "\n", 2)[0], " % |") {
+		t.Errorf("the tcp plugin's 64KiB WRITE row ends without the vCPUs' idle share: %q", strings.SplitN(row, "\n", 2)[0])
 	}
 	if res.Baseline != VariantRaw {
 		t.Errorf("baseline %q", res.Baseline)

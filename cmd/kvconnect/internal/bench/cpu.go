@@ -108,18 +108,29 @@ func parseStatusSwitches(status string) (int64, error) {
 	return sum, nil
 }
 
-// cpuSnapshot is the CPU time used and the context switches made so far
-// by this process and by plugin processes.
+// cpuSnapshot is the CPU time used, the context switches made and the
+// time spent waiting for a CPU so far by this process and by plugin
+// processes, and the machine's vCPU time (waiting.go).
 type cpuSnapshot struct {
-	host     time.Duration
-	hostSw   int64
-	plugins  map[int]time.Duration
-	pluginSw map[int]int64
+	host       time.Duration
+	hostSw     int64
+	hostWait   time.Duration
+	plugins    map[int]time.Duration
+	pluginSw   map[int]int64
+	pluginWait map[int]time.Duration
+	ticks      cpuTicks
 }
 
 func snapshotCPU(pids []int) (cpuSnapshot, error) {
-	s := cpuSnapshot{plugins: make(map[int]time.Duration, len(pids)), pluginSw: make(map[int]int64, len(pids))}
+	s := cpuSnapshot{plugins: make(map[int]time.Duration, len(pids)), pluginSw: make(map[int]int64, len(pids)), pluginWait: make(map[int]time.Duration, len(pids))}
+	var err error
+	if s.ticks, err = machineTicks(); err != nil {
+		return s, err
+	}
 	s.host, s.hostSw = selfUsage()
+	if s.hostWait, err = processRunDelay(os.Getpid()); err != nil {
+		return s, err
+	}
 	for _, pid := range pids {
 		d, err := processCPU(pid)
 		if err != nil {
@@ -129,7 +140,11 @@ func snapshotCPU(pids []int) (cpuSnapshot, error) {
 		if err != nil {
 			return s, err
 		}
-		s.plugins[pid], s.pluginSw[pid] = d, n
+		w, err := processRunDelay(pid)
+		if err != nil {
+			return s, err
+		}
+		s.plugins[pid], s.pluginSw[pid], s.pluginWait[pid] = d, n, w
 	}
 	return s, nil
 }
@@ -141,6 +156,17 @@ func (s cpuSnapshot) since(before cpuSnapshot) (host, plugins float64) {
 		plugins += (d - before.plugins[pid]).Seconds()
 	}
 	return host, plugins
+}
+
+// waitSince returns the time this process's threads and the plugin
+// processes' waited for a CPU (runnable, not running) between before and
+// s, and the share of the machine's vCPU time that was idle meanwhile.
+func (s cpuSnapshot) waitSince(before cpuSnapshot) (host, plugins time.Duration, idle float64) {
+	host = s.hostWait - before.hostWait
+	for pid, w := range s.pluginWait {
+		plugins += w - before.pluginWait[pid]
+	}
+	return host, plugins, s.ticks.idleShare(before.ticks)
 }
 
 // switchesSince returns the context switches this process and the plugin

@@ -256,7 +256,8 @@ func mergeResults(rs []Result, w Workload) Result {
 	m := rs[0]
 	m.Bytes, m.Ops, m.Batches, m.HostCPU, m.PluginCPU, m.WarmupBytes = 0, 0, 0, 0, 0, 0
 	m.HostSwitches, m.PluginSwitches = 0, 0
-	var seconds float64
+	m.HostRunDelay, m.PluginRunDelay, m.VCPUIdle = 0, 0, 0
+	var seconds, idle float64
 	var lat []time.Duration
 	for _, r := range rs {
 		m.Bytes += r.Bytes
@@ -266,9 +267,16 @@ func mergeResults(rs []Result, w Workload) Result {
 		m.PluginCPU += r.PluginCPU
 		m.HostSwitches += r.HostSwitches
 		m.PluginSwitches += r.PluginSwitches
+		m.HostRunDelay += r.HostRunDelay
+		m.PluginRunDelay += r.PluginRunDelay
+		m.hostWaitKnown = m.hostWaitKnown && r.hostWaitKnown
+		idle += r.VCPUIdle * r.Seconds
 		m.WarmupBytes += r.WarmupBytes
 		seconds += r.Seconds
 		lat = append(lat, r.lat...)
+	}
+	if seconds > 0 {
+		m.VCPUIdle = idle / seconds // weighted by each slice's time
 	}
 	m.fill(w, time.Duration(seconds*float64(time.Second)), lat)
 	m.lat = nil

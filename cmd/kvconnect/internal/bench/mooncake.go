@@ -257,6 +257,8 @@ func (m *mooncakeInitiator) runFor(ctx context.Context, w Workload, secs int, p 
 	}
 	_, r.PluginCPU = after.since(before)
 	_, r.PluginSwitches = after.switchesSince(before)
+	_, pw, idle := after.waitSince(before)
+	r.PluginRunDelay, r.VCPUIdle = pw.Seconds(), idle
 	r.fill(w, time.Duration(dur*float64(time.Second)), nil)
 	// Mooncake reports no latency distribution: with one batch in flight
 	// per thread, the mean batch time stands for p50.

@@ -286,6 +286,8 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	}
 	r.HostCPU, r.PluginCPU = after.since(before)
 	r.HostSwitches, r.PluginSwitches = after.switchesSince(before)
+	hw, pw, idle := after.waitSince(before)
+	r.HostRunDelay, r.PluginRunDelay, r.VCPUIdle, r.hostWaitKnown = hw.Seconds(), pw.Seconds(), idle, true
 	r.fill(w, elapsed, all)
 	r.lat = all
 	return r, lay.touched(issued), nil

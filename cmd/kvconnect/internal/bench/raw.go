@@ -527,6 +527,8 @@ func (r *Raw) Run(ctx context.Context, w Workload, progress *Progress, label str
 	res := Result{Transport: "raw", Mode: mode, Connections: C, Bytes: cnt.bytes.Load(), Ops: cnt.ops.Load(), Batches: cnt.batches.Load(), PluginPIDs: pids}
 	res.HostCPU, res.PluginCPU = after.since(before)
 	res.HostSwitches, res.PluginSwitches = after.switchesSince(before)
+	hw, pw, idle := after.waitSince(before)
+	res.HostRunDelay, res.PluginRunDelay, res.VCPUIdle, res.hostWaitKnown = hw.Seconds(), pw.Seconds(), idle, true
 	res.fill(w, elapsed, all)
 	return res, lay.touched(issued), nil
 }

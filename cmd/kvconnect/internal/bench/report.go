@@ -82,12 +82,15 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		"\"in-process\" means no subprocess. CPU is user+system seconds per GB moved: host = this process (both nodes' host sides; "+
 		"the transport itself when in-process; the raw client, or both raw ends), other = both plugin processes (or the raw server process). "+
 		"Context switches are every thread's, voluntary (a sleep: each one a wake-up to come) and involuntary (a preemption), of the same processes, "+
-		"per batch of the variant (each Mooncake batch: its initiator as host, its target as other).\n\n",
+		"per batch of the variant (each Mooncake batch: its initiator as host, its target as other). "+
+		"Waiting is the time the same processes' threads were runnable but not running (the kernel's run delay, summed over threads), per batch; "+
+		"vCPUs idle is the share of the machine's vCPU time idle meanwhile: a variant whose threads wait while vCPUs idle is placed badly by the scheduler, "+
+		"not short of CPU.\n\n",
 		res.Conns, VariantRaw, VariantRaw1)
 
 	p("## Throughput\n\n")
-	p("| variant | op | block | GB/s (median) | min–max | vs %s | ops/s | batch p50 / p99 | host CPU s/GB | other CPU s/GB | host / other CPU µs per op | host / other context switches per batch |\n", res.Baseline)
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| variant | op | block | GB/s (median) | min–max | vs %s | ops/s | batch p50 / p99 | host CPU s/GB | other CPU s/GB | host / other CPU µs per op | host / other context switches per batch | host / other waiting µs per batch | vCPUs idle |\n", res.Baseline)
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	cells := slices.Clone(res.Cells)
 	order := map[string]int{}
 	for i, v := range res.Variants {
@@ -116,7 +119,7 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			if len(c.Errors) > 0 {
 				reason = c.Errors[0]
 			}
-			p("| %s | %s | %s | %s | | | | | | | | |\n", name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), mdEscape(reason))
+			p("| %s | %s | %s | %s | | | | | | | | | | |\n", name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), mdEscape(reason))
 			continue
 		}
 		ratio := "1 (baseline)"
@@ -137,13 +140,13 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		if c.Variant == VariantRaw1 || c.Variant == VariantTCPInProc {
 			plugin, cpuOp = "–", perOp(c.HostCPUGB.Median)+" / –"
 		}
-		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s | %s | %s |\n",
+		p("| %s | %s | %s | **%.2f**%s | %.2f–%.2f | %s | %.0f | %s / %s | %s | %s | %s | %s | %s | %s |\n",
 			name, c.Op.Upper(), units.FormatSize(uint64(c.BlockSize)), c.GBps.Median, note, c.GBps.Min, c.GBps.Max, ratio,
-			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp, switchesCell(c))
+			c.OpsPerSec.Median, usOrMs(c.P50us.Median), usOrMs(c.P99us.Median), f2(c.HostCPUGB.Median), plugin, cpuOp, switchesCell(c), waitingCell(c), idleCell(c))
 	}
 	for _, v := range res.Variants {
 		if !v.Available {
-			p("| %s | – | – | not available: %s | | | | | | | | |\n", v.Name, mdEscape(v.Reason))
+			p("| %s | – | – | not available: %s | | | | | | | | | | |\n", v.Name, mdEscape(v.Reason))
 		}
 	}
 	p("\n")
@@ -375,6 +378,31 @@ func timeWaitOf(res *SuiteResult, variant string, op Operation, bs int) string {
 		}
 	}
 	return "–"
+}
+
+// waitingCell is a cell's host / other time waiting for a CPU per batch,
+// "–" where not measured (a Mooncake initiator's host side; the C floor)
+// or where there are no other processes.
+func waitingCell(c *Cell) string {
+	if c.OtherWaitBatch.N == 0 && c.HostWaitBatch.N == 0 {
+		return "–"
+	}
+	host, other := "–", "–"
+	if c.HostWaitBatch.N > 0 {
+		host = fmt.Sprintf("%.0f", c.HostWaitBatch.Median)
+	}
+	if c.OtherWaitBatch.N > 0 && c.OtherSwBatch.Max > 0 {
+		other = fmt.Sprintf("%.0f", c.OtherWaitBatch.Median)
+	}
+	return host + " / " + other
+}
+
+// idleCell is the median share of vCPU time idle during a cell's runs.
+func idleCell(c *Cell) string {
+	if c.VCPUIdle.N == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", 100*c.VCPUIdle.Median)
 }
 
 // switchesCell is a cell's host / other context switches per batch, or

@@ -42,6 +42,13 @@ type Cell struct {
 	// (Result.HostSwitches, Result.PluginSwitches over Result.Batches).
 	HostSwBatch  summary `json:"host_context_switches_per_batch"`
 	OtherSwBatch summary `json:"other_context_switches_per_batch"`
+	// Time waiting for a CPU per batch, µs, of the host (not measured for
+	// a Mooncake initiator: N 0) and of the other processes
+	// (Result.HostRunDelay, Result.PluginRunDelay over Result.Batches),
+	// and the share of vCPU time idle (Result.VCPUIdle).
+	HostWaitBatch  summary `json:"host_run_delay_us_per_batch"`
+	OtherWaitBatch summary `json:"other_run_delay_us_per_batch"`
+	VCPUIdle       summary `json:"vcpu_idle_share"`
 }
 
 // FallbackTiming is how long connector.New takes with protocol rdma to
@@ -132,7 +139,7 @@ func summarizeSuite(res *SuiteResult) {
 	}
 	for _, list := range [][]*Cell{res.Cells, res.Latency, res.MetricsCells} {
 		for _, c := range list {
-			var gb, ops, p50, p99, hcpu, pcpu, hsw, psw []float64
+			var gb, ops, p50, p99, hcpu, pcpu, hsw, psw, hw, pw, idle []float64
 			for _, r := range c.Results {
 				gb = append(gb, r.GBps)
 				ops = append(ops, r.OpsPerSec)
@@ -145,11 +152,17 @@ func summarizeSuite(res *SuiteResult) {
 				if r.Batches > 0 {
 					hsw = append(hsw, float64(r.HostSwitches)/float64(r.Batches))
 					psw = append(psw, float64(r.PluginSwitches)/float64(r.Batches))
+					if r.hostWaitKnown {
+						hw = append(hw, r.HostRunDelay*1e6/float64(r.Batches))
+					}
+					pw = append(pw, r.PluginRunDelay*1e6/float64(r.Batches))
 				}
+				idle = append(idle, r.VCPUIdle)
 			}
 			c.GBps, c.OpsPerSec, c.P50us, c.P99us = summarize(gb), summarize(ops), summarize(p50), summarize(p99)
 			c.HostCPUGB, c.PluginCPUG = summarize(hcpu), summarize(pcpu)
 			c.HostSwBatch, c.OtherSwBatch = summarize(hsw), summarize(psw)
+			c.HostWaitBatch, c.OtherWaitBatch, c.VCPUIdle = summarize(hw), summarize(pw), summarize(idle)
 		}
 	}
 	ratio := func(a, b *Cell) summary { return pairedRatio(a, b, gbOf) }

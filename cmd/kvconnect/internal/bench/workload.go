@@ -138,6 +138,16 @@ type Result struct {
 	// between machine types (docs/DATAPATH.md, thirteenth round).
 	HostSwitches   int64 `json:"host_context_switches"`
 	PluginSwitches int64 `json:"plugin_context_switches"`
+	// Seconds the threads of the same processes spent runnable but
+	// waiting for a CPU (the kernel's run delay), and the share of the
+	// machine's vCPU time that was idle, in the measured interval: a
+	// variant that waits while vCPUs idle is placed badly, not short of
+	// CPU (waiting.go). A Mooncake initiator's run delay is not measured
+	// (its process is gone when its counters would be read): host 0.
+	HostRunDelay   float64 `json:"host_run_delay_s"`
+	PluginRunDelay float64 `json:"plugin_run_delay_s"`
+	VCPUIdle       float64 `json:"vcpu_idle_share"`
+	hostWaitKnown  bool    // HostRunDelay was measured
 	// Verify is set when --verify was given.
 	Verify *VerifyResult `json:"verify,omitempty"`
 	// Metrics is what the initiator's metrics endpoint counted after the
