@@ -64,24 +64,31 @@ func selfUsage() (time.Duration, int64) {
 // exited no longer counts; Go runtimes and Mooncake's threads rarely exit
 // during a run. A thread that exits while it is being read is skipped.
 func processSwitches(pid int) (int64, error) {
+	return sumThreads(pid, "status", "context switches", parseStatusSwitches)
+}
+
+// sumThreads sums parse over one /proc/<pid>/task/<tid>/<file> per
+// thread of process pid; what names the figure in errors. A thread that
+// exits while it is being read is skipped.
+func sumThreads[T int64 | time.Duration](pid int, file, what string, parse func(string) (T, error)) (T, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, fmt.Errorf("bench: context switches of process %d: %w", pid, err)
+		return 0, fmt.Errorf("bench: %s of process %d: %w", what, pid, err)
 	}
-	var n int64
+	var sum T
 	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/" + file)
 		if err != nil {
 			continue // the thread exited
 		}
-		v, err := parseStatusSwitches(string(b))
+		v, err := parse(string(b))
 		if err != nil {
-			return 0, fmt.Errorf("bench: context switches of thread %s of process %d: %w", t.Name(), pid, err)
+			return 0, fmt.Errorf("bench: %s of thread %s of process %d: %w", what, t.Name(), pid, err)
 		}
-		n += v
+		sum += v
 	}
-	return n, nil
+	return sum, nil
 }
 
 // parseStatusSwitches reads voluntary_ctxt_switches and

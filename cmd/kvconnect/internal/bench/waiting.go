@@ -23,24 +23,7 @@ import (
 // /proc/<pid>/task/*/schedstat. A thread that exits while it is being
 // read is skipped, as processSwitches does.
 func processRunDelay(pid int) (time.Duration, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, fmt.Errorf("bench: run delay of process %d: %w", pid, err)
-	}
-	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread exited
-		}
-		d, err := parseSchedstat(string(b))
-		if err != nil {
-			return 0, fmt.Errorf("bench: run delay of thread %s of process %d: %w", t.Name(), pid, err)
-		}
-		sum += d
-	}
-	return sum, nil
+	return sumThreads(pid, "schedstat", "run delay", parseSchedstat)
 }
 
 // parseSchedstat reads the run delay (the second of three fields: time

@@ -104,7 +104,7 @@ func TestIdleShare(t *testing.T) {
 func TestProcessRunDelay(t *testing.T) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Skipf("sched_getaffinity: %v", err)
+		t.Skipf("this environment refuses sched_getaffinity (%v): the test needs CPU affinity to make two threads share one CPU", err)
 	}
 	cpu := -1
 	for i := range 1024 {
@@ -145,7 +145,7 @@ func TestProcessRunDelay(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Skipf("sched_setaffinity: %v", err)
+		t.Skipf("this environment refuses sched_setaffinity (%v): the test needs CPU affinity to make two threads share one CPU", err)
 	}
 	after, err := processRunDelay(os.Getpid())
 	if err != nil {
