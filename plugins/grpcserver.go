@@ -68,7 +68,7 @@ func (s *grpcServer) features() uint32 {
 	}
 	f := pluginrpc.FeatureFileViews | pluginrpc.FeatureViewOffset | pluginrpc.FeatureBatchRegister
 	if ring.Supported {
-		f |= pluginrpc.FeatureRings
+		f |= pluginrpc.FeatureRings | pluginrpc.FeatureDoorbell
 	}
 	return f
 }
@@ -80,7 +80,7 @@ func (s *grpcServer) OpenRing(_ context.Context, req *proto.OpenRingRequest) (*p
 		return nil, pluginrpc.ToStatus(fmt.Errorf("open ring: version %d, this plugin speaks %d: %w", req.Version, ring.Version, ErrNotSupported))
 	}
 	l := ring.Layout{SQEntries: req.SqEntries, CQEntries: req.CqEntries, SlotSize: req.SlotSize, ArenaSlots: req.ArenaSlots}
-	if err := s.openRing(req.FdToken, l, req.Kinds); err != nil {
+	if err := s.openRing(req.FdToken, req.DoorbellFdToken, l, req.Kinds); err != nil {
 		return nil, pluginrpc.ToStatus(err)
 	}
 	return &proto.OpenRingResponse{}, nil

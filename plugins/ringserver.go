@@ -65,7 +65,7 @@ type ringServer struct {
 	gap      *spin.Adapt
 	lastPost atomic.Int64 // unix ns of the last completion
 	// counts, for the debug log at stop
-	bySleeper, bySpinner, byStandby, spinMisses, inline atomic.Int64
+	bySleeper, bySpinner, byStandby, spinMisses, inline, bySleeperBell atomic.Int64
 	// concurrentUntil (unix ns): until then the sleeper starts a worker
 	// per batch rather than run a lone one itself (alone).
 	concurrentUntil atomic.Int64
@@ -80,6 +80,10 @@ type ringServer struct {
 
 	mu      sync.Mutex
 	running map[uint64]context.CancelFunc // batches claimed and not completed
+
+	// bell is the ring's doorbell, or nil: the sleeper waits on it while
+	// batches come concurrently (sleeper).
+	bell *ring.Doorbell
 
 	ctx      context.Context // ends when the ring stops: every batch's parent
 	cancel   context.CancelFunc
@@ -101,12 +105,12 @@ type job struct {
 	tail   uint32
 }
 
-func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string) *ringServer {
+func newRingServer(impl Transport, log *zap.Logger, seg *shm.Segment, r *ring.Shared, kinds []string, bell *ring.Doorbell) *ringServer {
 	// The host's poller spins for each batch's completion: transports
 	// need not spin for their peers too (CompletionPolled).
 	ctx, cancel := context.WithCancel(WithCompletionPolled(context.Background()))
 	s := &ringServer{impl: impl, log: log, seg: seg, r: r, l: r.Layout(), kinds: ring.NewKinds(kinds), gap: spin.NewAdapt(ring.EnvPluginSpin, maxWorkerSpin),
-		running: map[uint64]context.CancelFunc{}, ctx: ctx, cancel: cancel}
+		running: map[uint64]context.CancelFunc{}, ctx: ctx, cancel: cancel, bell: bell}
 	s.head = r.Load(ring.SQHead)
 	s.seen.Store(s.head)
 	s.cqTail = r.Load(ring.CQTail)
@@ -182,7 +186,15 @@ func (s *ringServer) sleeper() {
 	for !s.stopping.Load() {
 		jobs := s.claim(buf[:0])
 		if len(jobs) == 0 {
-			s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0, s.sleepWait())
+			if w := s.sleepWait(); w == ring.Handoff && s.bell != nil {
+				// Concurrent batches: the doorbell, whose wake-up goes
+				// through the runtime's poller and, unlike a futex's,
+				// leaves its monitor (sysmon) asleep.
+				s.bySleeperBell.Add(1)
+				s.r.SleepOnBell(s.bell, s.seen.Load(), s.stopping.Load)
+			} else {
+				s.r.Sleep(ring.SQTail, s.seen.Load(), ring.SQIdle, s.stopping.Load, 0, w)
+			}
 			continue
 		}
 		s.bySleeper.Add(int64(len(jobs)))
@@ -450,12 +462,18 @@ func (s *ringServer) stop() {
 			// is lost.
 			s.r.Wake(ring.SQTail)
 			s.r.Wake(ring.SQKick)
+			if s.bell != nil {
+				s.bell.Interrupt()
+			}
 			select {
 			case <-done:
-				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()), zap.Int64("run_by_sleeper", s.inline.Load()), zap.Int64("claimed_by_standby", s.byStandby.Load()),
+				s.log.Debug("ring stopped", zap.Int64("claimed_by_sleeper", s.bySleeper.Load()), zap.Int64("claimed_by_spinner", s.bySpinner.Load()), zap.Int64("run_by_sleeper", s.inline.Load()), zap.Int64("claimed_by_standby", s.byStandby.Load()), zap.Int64("sleeps_on_doorbell", s.bySleeperBell.Load()),
 					zap.Int64("spins_missed", s.spinMisses.Load()), zap.Duration("mean_host_gap", s.gap.Mean()), zap.Duration("mean_transfer", s.transferTime.Mean()), zap.Any("spin", s.gap.Stats()))
 				s.r.Store(ring.PluginState, ring.PluginStopped)
 				s.seg.Close()
+				if s.bell != nil {
+					s.bell.Close()
+				}
 				return
 			case <-deadline.C:
 				s.log.Error("ring batches still running after the ring stopped; leaving it mapped", zap.Duration("waited", ringStopWait))
@@ -467,9 +485,29 @@ func (s *ringServer) stop() {
 }
 
 // openRing maps the ring file the host sent and starts serving it.
-func (s *grpcServer) openRing(token uint64, l ring.Layout, kinds []string) error {
+func (s *grpcServer) openRing(token, bellToken uint64, l ring.Layout, kinds []string) error {
 	if s.fds == nil || !ring.Supported {
 		return fmt.Errorf("open ring: %w", ErrNotSupported)
+	}
+	// The doorbell is optional: without one the sleeper sleeps on the
+	// SQ's futex only, which the host, seeing SQBell never raised, wakes.
+	var bell *ring.Doorbell
+	defer func() {
+		if bell != nil {
+			bell.Close()
+		}
+	}()
+	takeBell := func() {
+		if bellToken == 0 {
+			return
+		}
+		f, err := s.fds.Take(bellToken, fdTimeout)
+		if err == nil {
+			bell, err = ring.OpenDoorbell(f)
+		}
+		if err != nil {
+			s.log.Warn("cannot take the ring's doorbell; its sleeper sleeps on the futex only", zap.Error(err))
+		}
 	}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("open ring: %w", err)
@@ -484,6 +522,7 @@ func (s *grpcServer) openRing(token uint64, l ring.Layout, kinds []string) error
 	if err != nil {
 		return fmt.Errorf("open ring: %w", err)
 	}
+	takeBell()
 	seg, err := shm.MapView(f, l.Size())
 	if err != nil {
 		f.Close()
@@ -507,7 +546,8 @@ func (s *grpcServer) openRing(token uint64, l ring.Layout, kinds []string) error
 		seg.Close()
 		return fmt.Errorf("open ring: a ring is already open: %w", ErrInvalidArgument)
 	}
-	s.ring = newRingServer(s.impl, s.log, seg, r, kinds)
+	s.ring = newRingServer(s.impl, s.log, seg, r, kinds, bell)
+	bell = nil // the ring's now
 	return nil
 }
 

@@ -1,10 +1,20 @@
 package plugins
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"os"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/internal/shm"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // TestSleeperHandsOffWhileConcurrent: the SQ sleeper keeps its processor
@@ -23,5 +33,92 @@ func TestSleeperHandsOffWhileConcurrent(t *testing.T) {
 	s.concurrentUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
 	if got := s.sleepWait(); got != ring.Brief {
 		t.Fatalf("once concurrency lapsed the sleeper sleeps %s, want %s", got, ring.Brief)
+	}
+}
+
+// instantTransport completes every batch at once; the ring server calls
+// nothing else.
+type instantTransport struct{ Transport }
+
+func (instantTransport) Transfer(_ context.Context, _ PeerID, _ []Op, res []OpResult) error {
+	FillResults(res, nil)
+	return nil
+}
+
+// TestSleeperWaitsOnTheDoorbellWhileConcurrent: with a doorbell, the SQ
+// sleeper waits on it while batches come concurrently (SQBell raised),
+// and the host's NotifySQ for the next submission rings it: the batch is
+// claimed and completed. Without a doorbell (a host without
+// FeatureDoorbell) the sleeper sleeps on the SQ's futex (SQIdle), which
+// NotifySQ wakes.
+func TestSleeperWaitsOnTheDoorbellWhileConcurrent(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	for _, withBell := range []bool{true, false} {
+		t.Run(fmt.Sprintf("doorbell=%v", withBell), func(t *testing.T) {
+			l := ring.Layout{SQEntries: 32, CQEntries: 16, SlotSize: 4096, ArenaSlots: 4}
+			seg, err := shm.NewLazy("ringtest", l.Size())
+			if err != nil {
+				t.Fatal(err)
+			}
+			host, err := ring.Attach(seg.Bytes(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			host.WriteHeader()
+			served, err := ring.Attach(seg.Bytes(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bell *ring.Doorbell
+			if withBell {
+				hostBell, err := ring.NewDoorbell()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(hostBell.Close)
+				host.SetDoorbell(hostBell)
+				rc, err := hostBell.File().SyscallConn()
+				if err != nil {
+					t.Fatal(err)
+				}
+				dup := -1
+				rc.Control(func(fd uintptr) { dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bell, err = ring.OpenDoorbell(os.NewFile(uintptr(dup), "sent")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := newRingServer(instantTransport{}, zaptest.NewLogger(t), seg, served, errdefs.KindNames(), bell)
+			t.Cleanup(s.stop)
+			s.concurrentUntil.Store(math.MaxInt64) // batches come concurrently, as far as the sleeper knows
+
+			submit := func(id uint64) {
+				tail := host.Load(ring.SQTail)
+				ring.PutSub(host.Sub(tail), ring.Sub{Op: ring.OpBatch, NOps: 1, ID: id, Peer: 1, Area: 0})
+				host.Store(ring.SQTail, tail+1)
+				host.NotifySQ()
+				testbin.Eventually(t, fmt.Sprintf("batch %d's completion", id), func() bool { return host.Load(ring.CQTail) == uint32(id) })
+				if c := ring.GetComp(host.Comp(uint32(id - 1))); c.ID != id || c.Flags&ring.FlagBatchError != 0 {
+					t.Fatalf("completion %+v, want batch %d done", c, id)
+				}
+				host.Store(ring.CQHead, uint32(id))
+			}
+			submit(1)
+			// The sleeper sleeps again, the way concurrent batches have it
+			// sleep, and no worker spins: only a wake-up can bring it the
+			// next batch.
+			idle := ring.SQIdle
+			if withBell {
+				idle = ring.SQBell
+			}
+			testbin.Eventually(t, "the sleeper to sleep with no worker spinning", func() bool {
+				return served.Load(idle) == 1 && served.Load(ring.SQSpin) == 0
+			})
+			submit(2)
+		})
 	}
 }

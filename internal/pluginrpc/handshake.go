@@ -126,6 +126,11 @@ const FeatureViewOffset uint32 = 1 << 2
 // DeregisterRegions (many regions per round trip).
 const FeatureBatchRegister uint32 = 1 << 3
 
+// FeatureDoorbell: the plugin takes a ring's doorbell
+// (OpenRingRequest.doorbell_fd_token) and its SQ sleeper waits on it
+// while batches come concurrently (internal/ring.Doorbell).
+const FeatureDoorbell uint32 = 1 << 4
+
 // EnvRings turns the shared-memory data path off when set to 0 (the
 // host then calls Transfer for every batch); docs/DATAPATH.md.
 const EnvRings = "KVCONNECT_PLUGIN_RINGS"

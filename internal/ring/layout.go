@@ -29,7 +29,9 @@ const Magic uint64 = 0x31474e495243564b
 //
 // Version 2 added SQBusy and SQKick: the plugin's SQ sleeper runs a lone
 // batch itself, and a host that submits meanwhile wakes the plugin's
-// standby through SQKick.
+// standby through SQKick. SQBell came later within version 2: only a
+// ring opened with a doorbell (pluginrpc.FeatureDoorbell) uses it, and
+// neither side of one opened without reads or writes it.
 const Version = 2
 
 // HeaderSize is the size of the header page.
@@ -51,6 +53,7 @@ const (
 	offSQIdle = 192 // u32, plugin: 1 while its SQ sleeper sleeps (or is about to)
 	offSQSpin = 196 // u32, plugin: goroutines spinning on the SQ
 	offSQBusy = 200 // u32, plugin: 1 while its SQ sleeper runs a batch itself
+	offSQBell = 204 // u32, plugin: 1 while its SQ sleeper waits on the doorbell (or is about to)
 	offCQTail = 256 // u32, plugin: completions published
 	offCQHead = 320 // u32, host: completions consumed
 	offCQIdle = 384 // u32, host: 1 while its CQ poller sleeps (or is about to)

@@ -23,6 +23,7 @@ const (
 	SQIdle      Word = offSQIdle // plugin: its SQ sleeper sleeps
 	SQSpin      Word = offSQSpin // plugin: goroutines spinning on the SQ
 	SQBusy      Word = offSQBusy // plugin: its SQ sleeper runs a batch itself
+	SQBell      Word = offSQBell // plugin: its SQ sleeper waits on the doorbell
 	SQKick      Word = offSQKick // host: bumped to wake the plugin's standby
 	CQTail      Word = offCQTail // plugin: completions published
 	CQHead      Word = offCQHead // host: completions consumed
@@ -42,6 +43,7 @@ type Shared struct {
 	sq    []byte
 	cq    []byte
 	arena []byte
+	bell  *Doorbell // the host's end, when the ring has one
 }
 
 // Attach wraps a mapping of a ring file of layout l. mem must be 8-byte
@@ -125,17 +127,22 @@ func (s *Shared) Comp(i uint32) []byte {
 func (s *Shared) Wake(w Word) { futexWake(s.word(w), 1<<30) }
 
 // NotifySQ is what the host does after publishing submissions: unless a
-// plugin goroutine is spinning on the SQ (that one will see them), wake
-// the plugin's SQ sleeper if it sleeps, or, if it is busy running a
+// plugin goroutine is spinning on the SQ (that one will see them), ring
+// the doorbell if the plugin's SQ sleeper waits on it, else wake the
+// sleeper if it sleeps on the futex, or, if it is busy running a
 // batch itself, bump SQKick and wake the plugin's standby, which sleeps
 // on it. The host's store of SQTail comes before these loads, and a
 // plugin goroutine announces sleeping, spinning or being busy before it
 // stops looking at SQTail, and stops doing so only after (each of
-// SQIdle, SQSpin and SQBusy drops only once another is raised or SQTail
+// SQIdle, SQBell, SQSpin and SQBusy drops only once another is raised or SQTail
 // is looked at again), so one of the two sees the other: no submission
 // waits for a wake-up that never comes.
 func (s *Shared) NotifySQ() {
 	if s.Load(SQSpin) != 0 {
+		return
+	}
+	if s.bell != nil && s.Load(SQBell) != 0 {
+		s.bell.Ring()
 		return
 	}
 	if s.Load(SQIdle) != 0 {
@@ -146,6 +153,23 @@ func (s *Shared) NotifySQ() {
 		s.Add(SQKick, 1)
 		s.Wake(SQKick)
 	}
+}
+
+// SetDoorbell gives the host's side the ring's doorbell: NotifySQ rings
+// it while the plugin's sleeper waits on it (SQBell). Call it before the
+// ring carries batches.
+func (s *Shared) SetDoorbell(d *Doorbell) { s.bell = d }
+
+// SleepOnBell is Sleep on the plugin's doorbell: it raises SQBell, looks
+// at the SQ tail and done once more, then waits until the host rings
+// (NotifySQ) or d is interrupted. Spurious returns happen; the caller
+// rechecks.
+func (s *Shared) SleepOnBell(d *Doorbell, seen uint32, done func() bool) {
+	s.Store(SQBell, 1)
+	if s.Load(SQTail) == seen && !done() {
+		d.Wait()
+	}
+	s.Store(SQBell, 0)
 }
 
 // NotifyCQ is what the plugin does after publishing completions: wake the

@@ -74,6 +74,7 @@ type ringClient struct {
 	name   string
 	log    *zap.Logger
 	seg    *shm.Segment
+	bell   *ring.Doorbell // nil: the ring has none
 	r      *ring.Shared
 	l      ring.Layout
 	kinds  ring.Kinds
@@ -145,15 +146,30 @@ func (c *grpcClient) openRing(ctx context.Context) {
 	}
 	r.WriteHeader()
 	kinds := errdefs.KindNames()
-	c.regMu.Lock() // keeps the fd token in order with registrations'
-	token, err := c.fds.Send(seg.File())
+	// A doorbell when the plugin takes one (pluginrpc.FeatureDoorbell):
+	// without it, everything works through the SQ's futex.
+	var bell *ring.Doorbell
+	if c.features.Load()&pluginrpc.FeatureDoorbell != 0 {
+		if bell, err = ring.NewDoorbell(); err != nil {
+			c.logger().Debug("no doorbell for the plugin's ring; its sleeper sleeps on the futex only", zap.Error(err))
+		}
+	}
+	req := &proto.OpenRingRequest{Version: ring.Version, SqEntries: l.SQEntries, CqEntries: l.CQEntries, SlotSize: l.SlotSize,
+		ArenaSlots: l.ArenaSlots, Kinds: kinds}
+	c.regMu.Lock() // keeps the fd tokens in order with registrations'
+	req.FdToken, err = c.fds.Send(seg.File())
+	if err == nil && bell != nil {
+		req.DoorbellFdToken, err = c.fds.Send(bell.File())
+	}
 	if err == nil {
-		_, err = c.rpc.OpenRing(ctx, &proto.OpenRingRequest{FdToken: token, Version: ring.Version,
-			SqEntries: l.SQEntries, CqEntries: l.CQEntries, SlotSize: l.SlotSize, ArenaSlots: l.ArenaSlots, Kinds: kinds})
+		_, err = c.rpc.OpenRing(ctx, req)
 	}
 	c.regMu.Unlock()
 	if err != nil {
 		seg.Close()
+		if bell != nil {
+			bell.Close()
+		}
 		err = c.fromStatus(ctx, "open ring", err)
 		if errors.Is(err, errdefs.ErrNotSupported) {
 			c.logger().Debug("the plugin serves no ring; batches go over gRPC", zap.Error(err))
@@ -162,7 +178,10 @@ func (c *grpcClient) openRing(ctx context.Context) {
 		}
 		return
 	}
-	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
+	if bell != nil {
+		r.SetDoorbell(bell)
+	}
+	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, bell: bell, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
 		crashed: c.crashed, rtt: spin.NewChoosing(ring.EnvHostSpin, maxPollSpin), yield: runtime.Gosched, used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
 		space: make(chan struct{}), dead: make(chan struct{}), stopped: make(chan struct{})}
 	c.ring.Store(rc)
@@ -240,6 +259,9 @@ func (rc *ringClient) close() {
 			zap.Int64("slept", rc.stats.slept.Load()), zap.Int64("woken", rc.stats.woken.Load()), zap.Int64("handoffs", rc.stats.handoffs.Load()),
 			zap.Duration("mean_round_trip", rc.rtt.Mean()), zap.Any("spin", rc.rtt.Stats()), zap.Any("choice", rc.rtt.Choose.Choice()))
 		rc.seg.Close()
+		if rc.bell != nil {
+			rc.bell.Close()
+		}
 	})
 }
 

@@ -143,6 +143,9 @@ func TestRingCarriesBatches(t *testing.T) {
 	if m.ring.Load() == nil || !m.ring.Load().usable() {
 		t.Fatal("the ring stopped")
 	}
+	if ring.Supported && m.ring.Load().bell == nil {
+		t.Fatal("the ring has no doorbell, though the plugin's SDK takes one")
+	}
 }
 
 // pollMarkTransport records whether each batch's context said its
@@ -412,7 +415,7 @@ func TestRingBackpressure(t *testing.T) {
 // TestRingCloseEndsWaiters: Close with batches in flight ends them with
 // ErrClosed, and leaves no goroutine or mapping behind.
 func TestRingCloseEndsWaiters(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before, bells := runtime.NumGoroutine(), eventfds()
 	bt := newBlocking()
 	p, err := InMemory(bt, "ringtest", zaptest.NewLogger(t))
 	if err != nil {
@@ -439,6 +442,9 @@ func TestRingCloseEndsWaiters(t *testing.T) {
 	}
 	if n := memfdsNamed("ring"); n != 0 {
 		t.Fatalf("%d ring memfds open after Close", n)
+	}
+	if n := eventfds(); n != bells {
+		t.Fatalf("%d eventfds open after Close, %d before: a doorbell was left open", n, bells)
 	}
 	testbin.Eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }

@@ -80,6 +80,19 @@ func memfdsNamed(name string) int {
 	return n
 }
 
+// eventfds counts this process's open eventfds (rings' doorbells: both
+// ends, in memory).
+func eventfds() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "anon_inode:[eventfd]" {
+			n++
+		}
+	}
+	return n
+}
+
 // TestFileViewsCrossOnce: regions of one file cross the fd channel once
 // and are mapped once by the plugin side; the view is unmapped and its
 // descriptor closed when the last region of the file is deregistered; a

@@ -1217,9 +1217,14 @@ type OpenRingRequest struct {
 	ArenaSlots uint32 `protobuf:"varint,6,opt,name=arena_slots,json=arenaSlots,proto3" json:"arena_slots,omitempty"`
 	// The sentinels' wire names: bit i of a kinds mask in the ring is
 	// kinds[i].
-	Kinds         []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Kinds []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// The ring's doorbell's token on the fd channel (0: none): an eventfd
+	// the plugin's SQ sleeper may wait on while batches come concurrently,
+	// raising SQBell, and the host writes to instead of waking the SQ's
+	// futex then. Sent only to a plugin that reports FeatureDoorbell.
+	DoorbellFdToken uint64 `protobuf:"varint,8,opt,name=doorbell_fd_token,json=doorbellFdToken,proto3" json:"doorbell_fd_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OpenRingRequest) Reset() {
@@ -1299,6 +1304,13 @@ func (x *OpenRingRequest) GetKinds() []string {
 		return x.Kinds
 	}
 	return nil
+}
+
+func (x *OpenRingRequest) GetDoorbellFdToken() uint64 {
+	if x != nil {
+		return x.DoorbellFdToken
+	}
+	return 0
 }
 
 type OpenRingResponse struct {
@@ -1880,7 +1892,7 @@ const file_transport_proto_rawDesc = "" +
 	"batchError\"/\n" +
 	"\x12ReleaseFileRequest\x12\x19\n" +
 	"\bfd_token\x18\x01 \x01(\x04R\afdToken\"\x15\n" +
-	"\x13ReleaseFileResponse\"\xd8\x01\n" +
+	"\x13ReleaseFileResponse\"\x84\x02\n" +
 	"\x0fOpenRingRequest\x12\x19\n" +
 	"\bfd_token\x18\x01 \x01(\x04R\afdToken\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12\x1d\n" +
@@ -1891,7 +1903,8 @@ const file_transport_proto_rawDesc = "" +
 	"\tslot_size\x18\x05 \x01(\rR\bslotSize\x12\x1f\n" +
 	"\varena_slots\x18\x06 \x01(\rR\n" +
 	"arenaSlots\x12\x14\n" +
-	"\x05kinds\x18\a \x03(\tR\x05kinds\"\x12\n" +
+	"\x05kinds\x18\a \x03(\tR\x05kinds\x12*\n" +
+	"\x11doorbell_fd_token\x18\b \x01(\x04R\x0fdoorbellFdToken\"\x12\n" +
 	"\x10OpenRingResponse\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse\"\x88\x01\n" +
