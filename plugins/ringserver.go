@@ -46,8 +46,8 @@ const ringStopWait = 10 * time.Second
 // watches the SQ (on the SQ tail's futex, or, while batches come
 // concurrently and the ring has a doorbell, on the doorbell); it runs a
 // lone batch itself (SQBusy raised), or starts a worker for each batch
-// it claims when batches come concurrently (alone); while it is busy, the standby is woken for what the host
-// submits (SQKick); a worker (or the sleeper, after its batch) publishes
+// it claims when batches come concurrently (alone); while it is busy,
+// the standby is woken for what the host submits (SQKick); a worker (or the sleeper, after its batch) publishes
 // the completion, then spins on the SQ for a while and runs what it
 // claims itself. claimMu makes claiming one
 // consumer at a time (and orders head); postMu orders completions (and
