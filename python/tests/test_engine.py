@@ -151,8 +151,8 @@ class EngineTest(unittest.TestCase):
 
     def test_one_op_argument_kinds(self):
         # transfer_sync_write/read take a fast path for one op of up to
-        # 1 MiB given as ints and a str session, and the general one for
-        # anything else: both must move the same bytes.
+        # _INLINE_SYNC_MAX bytes given as ints and a str session, and the
+        # general one for anything else: both must move the same bytes.
         class Index:  # numpy.uint64 and torch's data_ptr() are not int
             def __init__(self, v):
                 self.v = v
@@ -160,7 +160,7 @@ class EngineTest(unittest.TestCase):
             def __index__(self):
                 return self.v
 
-        n = 2 << 20
+        n = kvconnect.engine._INLINE_SYNC_MAX + 4096
         src = bytearray(support.pattern(n, 7))
         a_src = support.buffer_address(src)
         self.assertEqual(self.a.register_memory(a_src, n), 0, self.a.last_error())
@@ -187,6 +187,55 @@ class EngineTest(unittest.TestCase):
         self.assertEqual(idle.transfer_sync_write(self.peer, a_src, remote, 4096), -1)
         self.assertNotEqual(idle.last_error(), "")
         self.assertEqual(self.a.unregister_memory(a_src), 0)
+
+    def test_batch_argument_kinds(self):
+        # A batch's lists are packed by array.array when they hold ints
+        # (or __index__ objects), else converted element by element; a sync
+        # batch of up to _INLINE_SYNC_MAX bytes runs on the calling thread,
+        # a larger one is submitted and waited for: every way must move
+        # the same bytes.
+        class Index:
+            def __init__(self, v):
+                self.v = v
+
+            def __index__(self):
+                return self.v
+
+        size = 1 << 20
+        blocks = kvconnect.engine._INLINE_SYNC_MAX // size + 1
+        src = bytearray(support.pattern(blocks * size, 3))
+        addr = support.buffer_address(src)
+        self.assertEqual(self.a.register_memory(addr, len(src)), 0, self.a.last_error())
+        remote = self.b.allocate_managed_buffer(blocks * size)
+        self.assertNotEqual(remote, 0, self.b.last_error())
+        self.addCleanup(self.b.free_managed_buffer, remote, blocks * size)
+        self.addCleanup(self.a.unregister_memory, addr)
+        cases = [
+            ("ints, inline", [addr + 17 * i for i in range(3)], [remote + 4096 * i for i in range(3)], [100, 200, 300]),
+            ("tuples", tuple(addr + 5 + 64 * i for i in range(2)), tuple(remote + 65536 + 8192 * i for i in range(2)),
+             (999, 1)),
+            ("index objects", [Index(addr + 3)], [Index(remote + 3 * 65536)], [Index(5000)]),
+            ("numeric strings and floats", ["%d" % (addr + 9)], [float(remote + 4 * 65536)], ["77"]),
+            ("larger than inline", [addr + i * size for i in range(blocks)],
+             [remote + (blocks - 1 - i) * size for i in range(blocks)], [size] * blocks),
+        ]
+        for name, locs, rems, lens in cases:
+            with self.subTest(name):
+                self.assertEqual(self.a.batch_transfer_sync_write(self.peer, locs, rems, lens), 0, self.a.last_error())
+                for lo, re_, n in zip(locs, rems, lens):
+                    lo, off, n = int(lo) - addr, int(float(re_)) - remote, int(n)
+                    self.assertEqual(self.b.read_bytes_from_buffer(remote + off, n), bytes(src[lo:lo + n]))
+                want = support.pattern(int(lens[0]), 11)
+                off = int(float(rems[0])) - remote
+                self.assertEqual(self.b.write_bytes_to_buffer(remote + off, want, len(want)), 0)
+                self.assertEqual(self.a.batch_transfer_sync_read(self.peer, [locs[0]], [rems[0]], [lens[0]]), 0,
+                                 self.a.last_error())
+                lo = int(locs[0]) - addr
+                self.assertEqual(bytes(src[lo:lo + len(want)]), want)
+                src[:] = support.pattern(blocks * size, 3)
+        # A negative length is refused with the error of any bad length.
+        self.assertEqual(self.a.batch_transfer_sync_write(self.peer, [addr], [remote], [-1]), -1)
+        self.assertNotEqual(self.a.last_error(), "")
 
     def test_bad_input_returns_codes(self):
         buf = bytearray(64 << 10)
