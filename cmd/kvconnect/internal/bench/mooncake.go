@@ -163,9 +163,10 @@ type mooncakeInitiator struct {
 	stop       func() error
 	// secs is how long each workload's runs last, once a run counted
 	// fewer than minBatches (mooncakeMinBatches when 0) batches; runs
-	// last at most maxSecs (mooncakeMaxSecs when 0).
-	secs                map[Workload]int
-	minBatches, maxSecs int
+	// last at least minSecs (the workload's duration when 0) and at most
+	// maxSecs (mooncakeMaxSecs when 0).
+	secs                         map[Workload]int
+	minBatches, minSecs, maxSecs int
 }
 
 // Mooncake's bench counts whole batches over whole seconds: at 1 MiB
@@ -184,8 +185,18 @@ type mooncakeInitiator struct {
 // quarters (8 s left it about half). Workloads whose batches touch
 // little memory count enough batches in their first second and are not
 // stretched.
+//
+// The suite's runs last at least mooncakeMinSecs. Mooncake's initiator
+// waits for its ops by polling in every worker thread (docs/DATAPATH.md,
+// sixteenth round), so on a machine with fewer cores than its threads
+// plus the target's, a run measures how the scheduler shared the cores
+// while it lasted: pooled 16 KiB WRITE runs of 1 s against one target
+// moved 0.05 to 0.28 GB/s. Against the same two targets, 3 s runs put
+// fewer of their same-pair ratios far from the middle (twenty-first
+// round). Both targets of a row get the same duration.
 const (
 	mooncakeMinBatches = 24
+	mooncakeMinSecs    = 3
 	mooncakeMaxSecs    = 20
 )
 
@@ -193,7 +204,7 @@ var mooncakeCompleted = regexp.MustCompile(`Test completed: duration ([0-9.]+), 
 
 func (m *mooncakeInitiator) run(ctx context.Context, w Workload, p *Progress, label string) (Result, error) {
 	minBatches, maxSecs := cmp.Or(m.minBatches, mooncakeMinBatches), cmp.Or(m.maxSecs, mooncakeMaxSecs)
-	secs := max(int(math.Ceil(w.Duration.Seconds())), m.secs[w])
+	secs := max(int(math.Ceil(w.Duration.Seconds())), m.minSecs, m.secs[w])
 	r, err := m.runFor(ctx, w, secs, p, label)
 	if err != nil || r.Batches >= uint64(minBatches) || r.Batches == 0 || r.Seconds <= 0 || secs >= maxSecs {
 		return r, err

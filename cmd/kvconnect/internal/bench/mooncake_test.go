@@ -8,7 +8,8 @@ import (
 
 // TestMooncakeRunCountsEnoughBatches: a Mooncake measurement that counts
 // fewer batches than it should is run again, longer (and the workload's
-// later runs last as long), since Mooncake's bench counts whole batches.
+// later runs last as long), since Mooncake's bench counts whole batches;
+// and a run lasts at least its minimum.
 func TestMooncakeRunCountsEnoughBatches(t *testing.T) {
 	dir := os.Getenv("KVCONNECT_MOONCAKE_BIN")
 	if dir == "" {
@@ -38,5 +39,14 @@ func TestMooncakeRunCountsEnoughBatches(t *testing.T) {
 	}
 	if len(m.secs) != 0 || r.Seconds >= 2 {
 		t.Fatalf("a run that counted enough batches was redone (learned %v, measured %.2f s)", m.secs, r.Seconds)
+	}
+	// A minimum longer than the workload's duration: the run lasts it,
+	// once.
+	m = &mooncakeInitiator{dir: dir, session: tgt.session, bufSize: buf, minBatches: 1, minSecs: 2, maxSecs: 5}
+	if r, err = m.run(t.Context(), w, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.secs) != 0 || r.Seconds < 2 {
+		t.Fatalf("a run with a 2 s minimum: learned %v, measured %.2f s; want one run of 2 s", m.secs, r.Seconds)
 	}
 }

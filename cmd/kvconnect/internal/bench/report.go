@@ -175,12 +175,13 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			"Its initiator's worker threads wait for their batches by polling without a pause (a `getTransferStatus` loop in each), so where there are fewer cores than --threads, "+
 			"how fast it goes depends on how the scheduler shares the cores between those loops, its own I/O and the target's: its rows vary from round to round more than kvconnect's, "+
 			"and \"rounds meeting it\" tells a coin toss (about half the rounds) from a result (all or none). "+
+			"Each Mooncake run lasts at least %d s (or --duration, if longer), so that one run is more than one draw of that sharing. "+
 			"It counts whole batches over whole seconds, so a run that counted fewer than %d batches is run again long enough to count that many (at most %d s; the short run served as its warmup), and that workload's later runs last as long; "+
 			"each run is a new initiator process, whose first pass over its buffer (all 512 MiB of it at 1 MiB blocks) is slow on some virtual machines, so the longer runs measure its steady state more than its start. "+
 			"Both targets advertise 127.0.0.1: Mooncake's initiator opens a TCP connection per request by default, and Linux reuses a port in TIME-WAIT for a new connection only on loopback "+
 			"(net.ipv4.tcp_tw_reuse=2), so against a target on another address it runs out of ephemeral ports (\"Cannot assign requested address\") within seconds; "+
 			"so does a cluster of such initiators against a Mooncake target (a kvconnect target answers the initiator's close with a reset, so neither side keeps TIME-WAIT). "+
-			"The TIME-WAIT column counts the host's sockets in that state after each run (host-wide: those of earlier runs count until their minute is up).\n\n", mooncakeMinBatches, mooncakeMaxSecs)
+			"The TIME-WAIT column counts the host's sockets in that state after each run (host-wide: those of earlier runs count until their minute is up).\n\n", mooncakeMinSecs, mooncakeMinBatches, mooncakeMaxSecs)
 	}
 
 	if len(res.PluginVsInProcess) > 0 {

@@ -241,7 +241,7 @@ func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connecto
 				return nil, err
 			}
 			return &mooncakeInitiator{dir: o.MooncakeBin, env: env, session: t.session, bufSize: o.BufferSize,
-				targetPIDs: func() []int { return []int{t.pid()} }, stop: t.stop}, nil
+				minSecs: mooncakeMinSecs, targetPIDs: func() []int { return []int{t.pid()} }, stop: t.stop}, nil
 		}
 	}
 	// The kvconnect target advertises the address the Mooncake target
@@ -261,7 +261,7 @@ func (o *SuiteOptions) mooncakeVariants(tcpCfg connector.Config, opts []connecto
 				return nil, err
 			}
 			return &mooncakeInitiator{dir: o.MooncakeBin, env: env, session: node.C.SessionID(), bufSize: o.BufferSize,
-				targetPIDs: node.PluginPIDs, stop: node.Close}, nil
+				minSecs: mooncakeMinSecs, targetPIDs: node.PluginPIDs, stop: node.Close}, nil
 		}
 	}
 	nodeToMooncake := func(ctx context.Context) (bencher, error) {
