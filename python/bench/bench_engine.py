@@ -222,7 +222,7 @@ def main():
              "1 thread.", "",
              "| measurement | Python | Go API (same round) | Python / Go |", "|---|---:|---:|---:|",
              f"| one 4 KiB transfer_sync_write, p50 | {med(r['py1']):.1f} us | {med(r['go1']):.1f} us | "
-             f"+{diff('py1', 'go1'):.1f} us (goal: at most +10 us) |",
+             f"{diff('py1', 'go1'):+.1f} us, median of same-round differences (goal: at most +10 us) |",
              f"| batch_transfer_sync_write 128 x 64 KiB, plain memory | {med(r['pyw']):.2f} GB/s | "
              f"{med(r['gow']):.2f} GB/s | {ratio('pyw', 'gow'):.2f} (goal: at least 0.95) |",
              f"| batch_transfer_sync_read 128 x 64 KiB, plain memory | {med(r['pyr']):.2f} GB/s | "

@@ -216,12 +216,16 @@ class EngineTest(unittest.TestCase):
              (999, 1)),
             ("index objects", [Index(addr + 3)], [Index(remote + 3 * 65536)], [Index(5000)]),
             ("numeric strings and floats", ["%d" % (addr + 9)], [float(remote + 4 * 65536)], ["77"]),
+            ("generators, an int before a float", (a for a in [addr + 4096, float(addr + 8192)]),
+             (r for r in [remote + 5 * 65536, remote + 6 * 65536]), (n for n in [10, 20])),
             ("larger than inline", [addr + i * size for i in range(blocks)],
              [remote + (blocks - 1 - i) * size for i in range(blocks)], [size] * blocks),
         ]
         for name, locs, rems, lens in cases:
             with self.subTest(name):
                 self.assertEqual(self.a.batch_transfer_sync_write(self.peer, locs, rems, lens), 0, self.a.last_error())
+                if name.startswith("generators"):
+                    locs, rems, lens = [addr + 4096, addr + 8192], [remote + 5 * 65536, remote + 6 * 65536], [10, 20]
                 for lo, re_, n in zip(locs, rems, lens):
                     lo, off, n = int(lo) - addr, int(float(re_)) - remote, int(n)
                     self.assertEqual(self.b.read_bytes_from_buffer(remote + off, n), bytes(src[lo:lo + n]))

@@ -416,6 +416,10 @@ class TransferEngine:
         conversion (docs/DATAPATH.md, twenty-first round); anything else
         (floats, numeric strings, negative numbers) takes int() on each
         element, as it always did."""
+        # An iterator (a generator) is read once, into a list, so the
+        # element-by-element conversion sees all of it too.
+        buffers, peer_addresses, lengths = (list(x) if iter(x) is x else x
+                                            for x in (buffers, peer_addresses, lengths))
         try:
             local, remote, lens = array.array("Q", buffers), array.array("Q", peer_addresses), array.array("Q", lengths)
         except (TypeError, OverflowError):
