@@ -24,3 +24,21 @@ func TestReportNamesCongestionControl(t *testing.T) {
 		}
 	}
 }
+
+// The load line blames the end's load on Mooncake's polling initiators
+// only when Mooncake's variants ran.
+func TestReportLoadLineNamesMooncakeOnlyWhenItRan(t *testing.T) {
+	for _, ran := range []bool{false, true} {
+		res := &SuiteResult{Machine: Machine{CPU: "test CPU", Cores: 2, LoadStart: "0.10 0.20 0.30", LoadEnd: "4.00 3.00 2.00"},
+			Variants: []VariantStatus{{Name: VariantMCPtoMC, Available: ran}}}
+		var out strings.Builder
+		res.WriteMarkdown(&out, true)
+		got := strings.Contains(out.String(), "Mooncake's initiator polls")
+		if got != ran {
+			t.Errorf("Mooncake variants ran: %v; load line blames them: %v", ran, got)
+		}
+		if !strings.Contains(out.String(), "- Load average (1/5/15 min): 0.10 0.20 0.30 at the start, 4.00 3.00 2.00 at the end.") {
+			t.Errorf("ran %v: no load line in the report", ran)
+		}
+	}
+}

@@ -63,7 +63,11 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			p("- TCP congestion control: %s (net.ipv4.tcp_congestion_control, every variant's sockets; on the AMD EPYC VM BBR's pacing on loopback cost raw Go TCP and kvconnect alike about a third of their throughput against cubic: docs/DATAPATH.md, seventeenth round)\n", m.TCP)
 		}
 		p("- Date: %s (suite took %s)\n", m.Date, res.Elapsed)
-		p("- Load average (1/5/15 min): %s at the start, %s at the end. The end's load is mostly the suite's own: Mooncake's initiator polls with every thread while its rows run (docs/DATAPATH.md, twenty-first round). The machine may be shared and its speed drifts, which is why every number is a median over rounds and each ratio pairs measurements of the same round.\n\n", m.LoadStart, m.LoadEnd)
+		own := ""
+		if res.ranMooncake() {
+			own = " The end's load is mostly the suite's own: Mooncake's initiator polls with every thread while its rows run (docs/DATAPATH.md, twenty-first round)."
+		}
+		p("- Load average (1/5/15 min): %s at the start, %s at the end.%s The machine may be shared and its speed drifts, which is why every number is a median over rounds and each ratio pairs measurements of the same round.\n\n", m.LoadStart, m.LoadEnd, own)
 		p("## How to reproduce\n\n```sh\nmake bench BENCH_ROUNDS=%d\n# which runs\n%s\n```\n\n", res.Rounds, res.Command)
 	}
 	p("## Method\n\n")
@@ -418,4 +422,18 @@ func switchesCell(c *Cell) string {
 		other = "–"
 	}
 	return fmt.Sprintf("%.1f / %s", c.HostSwBatch.Median, other)
+}
+
+// ranMooncake reports whether any of Mooncake's own variants ran in the
+// suite (its binaries were there and it started).
+func (res *SuiteResult) ranMooncake() bool {
+	for _, v := range res.Variants {
+		switch v.Name {
+		case VariantMCtoMC, VariantMCPtoMC, VariantMCtoKV, VariantMCPtoKV, VariantKVtoMC:
+			if v.Available {
+				return true
+			}
+		}
+	}
+	return false
 }
