@@ -118,13 +118,25 @@ def mooncake_bench(binary, session, op, block, batch, seconds, pool):
 
 
 def cpu_model():
+    """The CPU as kvconnect bench names machine types (Machine.CPUType):
+    the first processor's model name, with its family and model numbers
+    where /proc/cpuinfo gives them (a hypervisor may show Zen 1 and Zen 5
+    alike as "AMD EPYC")."""
+    info = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.split(":", 1)[0].strip() == "model name":
-                return line.split(":", 1)[1].strip()
+            if ":" not in line:
+                if info:
+                    break  # the end of the first processor's block
+                continue
+            k, v = line.split(":", 1)
+            info.setdefault(k.strip(), v.strip())
     except OSError:
         pass
-    return "unknown"
+    name = info.get("model name", "unknown")
+    if info.get("cpu family") and info.get("model"):
+        return f"{name} (family {info['cpu family']}, model {info['model']})"
+    return name
 
 
 def machine_key():

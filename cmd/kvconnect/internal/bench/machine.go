@@ -15,7 +15,13 @@ import (
 
 // Machine describes where a suite ran.
 type Machine struct {
-	CPU       string `json:"cpu"`
+	CPU string `json:"cpu"` // the model name
+	// Family and Model are the CPU's family and model numbers where the
+	// platform gives them (x86's /proc/cpuinfo): a hypervisor may show
+	// every CPU of a vendor under one model name ("AMD EPYC" for Zen 1
+	// and Zen 5 alike), and these tell them apart.
+	Family    string `json:"cpu_family,omitempty"`
+	Model     string `json:"cpu_model,omitempty"`
 	Cores     int    `json:"cores"` // runtime.NumCPU
 	Kernel    string `json:"kernel"`
 	Go        string `json:"go"`
@@ -32,8 +38,9 @@ type Machine struct {
 
 // DescribeMachine reads the CPU model, core count, kernel and Go version.
 func DescribeMachine() Machine {
-	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Go: runtime.Version(),
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(),
 		Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg(), Pages: pageSetting(), TCP: congestionControl()}
+	m.CPU, m.Family, m.Model = cpuInfo()
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
@@ -41,19 +48,51 @@ func DescribeMachine() Machine {
 	return m
 }
 
-func cpuModel() string {
+// CPUType names the CPU as machine types are told apart: the model name,
+// with the family and model numbers where they are known.
+func (m Machine) CPUType() string {
+	if m.Family == "" || m.Model == "" {
+		return m.CPU
+	}
+	return fmt.Sprintf("%s (family %s, model %s)", m.CPU, m.Family, m.Model)
+}
+
+// cpuInfo reads the first processor's model name, family and model
+// from /proc/cpuinfo ("unknown" and no numbers where it cannot).
+func cpuInfo() (name, family, model string) {
 	f, err := os.Open("/proc/cpuinfo")
 	if err != nil {
-		return "unknown"
+		return "unknown", "", ""
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseCPUInfo(bufio.NewScanner(f))
+}
+
+// parseCPUInfo reads /proc/cpuinfo's text up to the end of its first
+// processor's block.
+func parseCPUInfo(sc *bufio.Scanner) (name, family, model string) {
 	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			if name != "" || family != "" {
+				break // the blank line after the first processor
+			}
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "model name":
+			name = v
+		case "cpu family":
+			family = v
+		case "model":
+			model = v
 		}
 	}
-	return "unknown"
+	if name == "" {
+		name = "unknown"
+	}
+	return name, family, model
 }
 
 // congestionFile holds the kernel's default TCP congestion control.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"os"
 	"strings"
 	"testing"
@@ -39,6 +40,26 @@ func TestReportLoadLineNamesMooncakeOnlyWhenItRan(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "- Load average (1/5/15 min): 0.10 0.20 0.30 at the start, 4.00 3.00 2.00 at the end.") {
 			t.Errorf("ran %v: no load line in the report", ran)
+		}
+	}
+}
+
+// TestParseCPUInfo reads the first processor's model name, family and
+// model, not a later processor's, and a platform without the numbers
+// (arm64's cpuinfo has none of these keys) gives the name alone.
+func TestParseCPUInfo(t *testing.T) {
+	for _, tc := range []struct{ text, name, family, model, typ string }{
+		{"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\nflags\t\t: fpu erms fsrm\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 9\nmodel name\t: Other\n",
+			"AMD EPYC", "26", "2", "AMD EPYC (family 26, model 2)"},
+		{"processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n\n", "unknown", "", "", "unknown"},
+		{"", "unknown", "", "", "unknown"},
+	} {
+		name, family, model := parseCPUInfo(bufio.NewScanner(strings.NewReader(tc.text)))
+		if name != tc.name || family != tc.family || model != tc.model {
+			t.Errorf("parseCPUInfo(%q) = %q, %q, %q; want %q, %q, %q", tc.text, name, family, model, tc.name, tc.family, tc.model)
+		}
+		if got := (Machine{CPU: name, Family: family, Model: model}).CPUType(); got != tc.typ {
+			t.Errorf("CPUType = %q, want %q", got, tc.typ)
 		}
 	}
 }

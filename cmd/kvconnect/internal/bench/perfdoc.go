@@ -15,12 +15,19 @@ const perfDocHead = `# kvconnect performance
 
 Measured by ` + "`make bench`" + `: ` + "`kvconnect bench --suite`" + ` on loopback, then the Python engine
 (` + "`python/bench/bench_engine.py`" + `). Throughput is in GB/s (1 GB = 1e9 B). One section per machine
-type measured; a run replaces its own machine's section and keeps the others.
+type measured (the CPU's model name, family and model, and the vCPUs: a
+hypervisor may call different CPUs by one name); a run replaces its own
+machine's section and keeps the others.
 `
 
-// MachineKey names a machine type: the CPU model and the processors
-// visible. python/bench/bench_engine.py computes the same.
-func MachineKey(m Machine) string { return fmt.Sprintf("%s x%d", m.CPU, m.Cores) }
+// MachineKey names a machine type: the CPU (its model name, family and
+// model: Machine.CPUType) and the processors visible.
+// python/bench/bench_engine.py computes the same.
+func MachineKey(m Machine) string { return fmt.Sprintf("%s x%d", m.CPUType(), m.Cores) }
+
+// nameOnlyKey is the key sections had before they named the CPU's
+// family and model: the model name and the processors visible.
+func nameOnlyKey(m Machine) string { return fmt.Sprintf("%s x%d", m.CPU, m.Cores) }
 
 func beginMarker(key string) string { return "<!-- machine: " + key + " -->" }
 func endMarker(key string) string   { return "<!-- /machine: " + key + " -->" }
@@ -28,16 +35,26 @@ func endMarker(key string) string   { return "<!-- /machine: " + key + " -->" }
 // MergePerfDoc returns doc with the section of the run's machine replaced
 // by (or, for a machine not there yet, extended with) the run's report.
 // The Python benchmark's part of that section, if any, is kept until the
-// Python benchmark replaces it. A document without sections (an older
-// one) becomes the section of the machine it names, unless that is the
-// run's.
+// Python benchmark replaces it. A section keyed by the model name alone
+// (written before keys named the family and model) is the run's when
+// the run's machine has no section of its own and its model name and
+// processors match: its markers take the run's key. A document without
+// sections (an older one) becomes the section of the machine it names,
+// unless that is the run's.
 func (res *SuiteResult) MergePerfDoc(doc string) string {
 	key := MachineKey(res.Machine)
 	var b strings.Builder
 	res.WriteMarkdown(&b, true)
 	section := beginMarker(key) + "\n" + demote(b.String())
 	begin, end := beginMarker(key), endMarker(key)
-	if i, j := strings.Index(doc, begin), strings.Index(doc, end); i >= 0 && j > i {
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if old := nameOnlyKey(res.Machine); old != key && (i < 0 || j < i) {
+		if oi, oj := strings.Index(doc, beginMarker(old)), strings.Index(doc, endMarker(old)); oi >= 0 && oj > oi {
+			i, j = oi, oj
+			doc = doc[:j] + end + doc[j+len(endMarker(old)):]
+		}
+	}
+	if i >= 0 && j > i {
 		old := doc[i:j]
 		if k := strings.Index(old, pythonBegin); k >= 0 {
 			if l := strings.Index(old, pythonEnd); l > k {

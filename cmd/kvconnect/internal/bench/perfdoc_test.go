@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -52,5 +55,66 @@ func TestDemoteSkipsCodeBlocks(t *testing.T) {
 	want := "## Machine type: Title\n\n### How\n\n```sh\nmake bench\n# which runs\nbin/kvconnect bench\n```\n"
 	if got != want {
 		t.Fatalf("demote:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestMergePerfDocTellsCPUFamiliesApart: two machines a hypervisor shows
+// under one model name get a section each, and a section from before
+// keys named the family and model becomes the section of the first run
+// whose model name and processors match, Python part and all.
+func TestMergePerfDocTellsCPUFamiliesApart(t *testing.T) {
+	run := func(family, model string) *SuiteResult {
+		return &SuiteResult{Machine: Machine{CPU: "AMD EPYC", Family: family, Model: model, Cores: 2}, Rounds: 1, Baseline: VariantRaw}
+	}
+	zen1, zen5 := run("23", "1"), run("26", "2")
+	if MachineKey(zen1.Machine) == MachineKey(zen5.Machine) {
+		t.Fatalf("one key for two CPU families: %q", MachineKey(zen1.Machine))
+	}
+	doc := zen5.MergePerfDoc(zen1.MergePerfDoc(""))
+	for _, key := range []string{"AMD EPYC (family 23, model 1) x2", "AMD EPYC (family 26, model 2) x2"} {
+		if strings.Count(doc, beginMarker(key)) != 1 || strings.Count(doc, endMarker(key)) != 1 {
+			t.Fatalf("no section of its own for %s:\n%s", key, doc)
+		}
+	}
+	if !strings.Contains(doc, "## Machine type: AMD EPYC (family 26, model 2), 2 vCPUs") ||
+		!strings.Contains(doc, "- CPU: AMD EPYC (family 26, model 2), 2 cores visible") {
+		t.Fatalf("the section does not name the family and model:\n%s", doc)
+	}
+
+	old := "AMD EPYC x2"
+	legacy := perfDocHead + "\n" + beginMarker(old) + "\n## Machine type: AMD EPYC, 2 vCPUs\n\nOLD NUMBERS\n\n" +
+		pythonBegin + "\nPYTHON NUMBERS\n" + pythonEnd + "\n" + endMarker(old) + "\n"
+	got := zen5.MergePerfDoc(legacy)
+	key := MachineKey(zen5.Machine)
+	if strings.Contains(got, "OLD NUMBERS") || strings.Contains(got, old+" -->") ||
+		strings.Count(got, beginMarker(key)) != 1 || strings.Count(got, endMarker(key)) != 1 || strings.Count(got, "PYTHON NUMBERS") != 1 {
+		t.Fatalf("a name-only section did not become the matching run's:\n%s", got)
+	}
+	if i, j, k := strings.Index(got, beginMarker(key)), strings.Index(got, "PYTHON NUMBERS"), strings.Index(got, endMarker(key)); i >= j || j >= k {
+		t.Fatalf("the Python part left its machine's section:\n%s", got)
+	}
+	// Once a section of its own exists, a name-only one is left alone.
+	both := strings.Replace(got, perfDocHead, perfDocHead+"\n"+beginMarker(old)+"\nOLD NUMBERS\n"+endMarker(old)+"\n", 1)
+	if again := zen5.MergePerfDoc(both); !strings.Contains(again, "OLD NUMBERS") || strings.Count(again, beginMarker(key)) != 1 {
+		t.Fatalf("a name-only section was taken over beside the run's own:\n%s", again)
+	}
+}
+
+// TestPythonBenchNamesTheSameMachine: the Python engine's benchmark
+// writes into the section the suite wrote, so both name this machine
+// alike.
+func TestPythonBenchNamesTheSameMachine(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	cmd := exec.Command(py, "-c", "import bench_engine; print(bench_engine.machine_key())")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "..", "..", "python", "bench"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench_engine.machine_key: %v\n%s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), MachineKey(DescribeMachine()); got != want {
+		t.Fatalf("the Python benchmark names this machine %q, the suite %q", got, want)
 	}
 }

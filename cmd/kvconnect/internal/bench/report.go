@@ -50,10 +50,10 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	if withMachine {
 		m := res.Machine
-		p("# %s, %d vCPUs\n\n", m.CPU, m.Cores)
+		p("# %s, %d vCPUs\n\n", m.CPUType(), m.Cores)
 		p("Measured by `kvconnect bench --suite` (run by `make bench`) on loopback. Throughput is in %s.\n\n", Unit)
 		p("## Machine\n\n")
-		p("- CPU: %s, %d cores visible\n", m.CPU, m.Cores)
+		p("- CPU: %s, %d cores visible\n", m.CPUType(), m.Cores)
 		p("- Kernel: %s\n", m.Kernel)
 		p("- Go: %s\n", m.Go)
 		if m.Pages != "" {
