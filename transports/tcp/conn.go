@@ -48,6 +48,12 @@ type conn struct {
 	reading bool  // a reader (the reader goroutine, or a caller reading its lone chunk's response) reads responses
 	nextReq uint64
 	fw      *frameWriter // used by the writer of the moment only
+	// groups: the peer said it reads groups of requests (a response
+	// carried wire.FeatureGroups); set by the reader, read by the writer.
+	groups atomic.Bool
+	hs     []wire.Header // a group of responses; the holder of reading's
+	gchs   []*chunk      // the chunks it answers
+	mems   [][]byte      // the READ payloads' places in it
 
 	progress  atomic.Uint64 // responses received; read by the watchdog
 	lastSeen  uint64        // watchdog-only
@@ -211,10 +217,12 @@ func (c *conn) readOwn(ctx context.Context) {
 func (c *conn) write(batch []*chunk) error {
 	var werr error
 	var h wire.Header
+	c.fw.grouped = c.groups.Load()
 	for i, ch := range batch {
-		h = wire.Header{Op: ch.op, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
+		// FlagGroups on every request: this side reads groups of responses.
+		h = wire.Header{Op: ch.op, Status: wire.FlagGroups, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
 		if i == len(batch)-1 {
-			h.Status = wire.FlagFlush // the target answers this burst in one write
+			h.Status |= wire.FlagFlush // the target answers this burst in one write
 		}
 		var payload []byte
 		if ch.op == wire.OpWrite {
@@ -351,6 +359,13 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 	if err := h.Decode(hb[:]); err != nil {
 		return true, false, fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol)
 	}
+	if h.Op == wire.OpGroup {
+		released, err := c.readGroup(&h, release)
+		return true, released, err
+	}
+	if h.Op.IsResponse() && h.Region&wire.FeatureGroups != 0 && !c.groups.Load() {
+		c.groups.Store(true)
+	}
 	c.mu.Lock()
 	if c.head == c.sent {
 		c.mu.Unlock()
@@ -363,32 +378,17 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 		c.queue, c.head, c.sent = c.queue[:0], 0, 0
 	}
 	c.mu.Unlock()
-	want := wire.OpWriteAck
-	if ch.op == wire.OpRead {
-		want = wire.OpReadResp
-	}
-	if h.ReqID != ch.reqID || h.Op != want {
-		err := fmt.Errorf("tcp: peer %s answered request %d (%s) with %s for request %d: %w", c.p.name, ch.reqID, ch.op, h.Op, h.ReqID, plugins.ErrProtocol)
+	if err := c.checkResponse(&h, ch); err != nil {
 		ch.complete(err)
 		return true, false, err
 	}
 	if h.Status != wire.StatusOK {
-		if h.Length != 0 {
-			err := fmt.Errorf("tcp: peer %s sent payload with error status %s: %w", c.p.name, h.Status, plugins.ErrProtocol)
-			ch.complete(err)
-			return true, false, err
-		}
 		c.progress.Add(1)
 		released = release && c.releaseIfIdle()
 		ch.complete(ch.remoteError(c.p.name, h.Status))
 		return true, released, nil
 	}
 	if ch.op == wire.OpRead {
-		if h.Length != uint64(len(ch.local)) {
-			err := fmt.Errorf("tcp: peer %s answered a %d-byte read with %d bytes: %w", c.p.name, len(ch.local), h.Length, plugins.ErrProtocol)
-			ch.complete(err)
-			return true, false, err
-		}
 		if _, err := c.fr.payload(ch.local); err != nil {
 			err = c.p.brokenErr("receive", err)
 			ch.complete(err)

@@ -24,9 +24,11 @@ const (
 
 // frameWriter queues frames and writes them with one writev per flush:
 // headers and small payloads are copied into a buffer, large payloads are
-// sent straight from their memory. A caller flushes at the end of a burst
-// (the initiator after each pass over its queue, the target when a request
-// carries wire.FlagFlush).
+// sent straight from their memory. To a peer that reads groups the
+// frames of a flush go out as one group instead, every header first and
+// no payload copied, so the peer reads all the payloads with a readv or
+// a few. A caller flushes at the end of a burst (the initiator after each
+// pass over its queue, the target when a request carries wire.FlagFlush).
 type frameWriter struct {
 	nc      net.Conn
 	raw     *rawIO // nil: nc's own writev
@@ -35,7 +37,14 @@ type frameWriter struct {
 	iov     [][]byte
 	bufs    net.Buffers
 	pending int
-	held    []*regions.Entry // regions whose memory is in iov
+	held    []*regions.Entry // regions whose memory is in iov (or gpay)
+
+	// grouped: the peer reads groups (wire's package comment), so what
+	// is queued goes out per flush as one group, the headers first. Set
+	// only while nothing is queued.
+	grouped bool
+	gtab    []byte   // a group header's room, then the queued frames' headers
+	gpay    [][]byte // their payloads, in order, not copied
 }
 
 func newFrameWriter(nc net.Conn) *frameWriter {
@@ -46,6 +55,9 @@ func newFrameWriter(nc net.Conn) *frameWriter {
 // the payload lives in: it is released once the payload has been copied or
 // written (or the writer is discarded).
 func (w *frameWriter) frame(h *wire.Header, payload []byte, hold *regions.Entry) error {
+	if w.grouped {
+		return w.groupFrame(h, payload, hold)
+	}
 	if len(w.buf)+wire.HeaderSize+smallPayload > cap(w.buf) {
 		if err := w.flush(); err != nil {
 			if hold != nil {
@@ -81,9 +93,64 @@ func (w *frameWriter) frame(h *wire.Header, payload []byte, hold *regions.Entry)
 	return nil
 }
 
+// groupFrame is frame for a peer that reads groups.
+func (w *frameWriter) groupFrame(h *wire.Header, payload []byte, hold *regions.Entry) error {
+	if len(w.gtab) == 0 {
+		if w.gtab == nil {
+			w.gtab = make([]byte, 0, (1+wire.MaxGroup)*wire.HeaderSize)
+		}
+		w.gtab = w.gtab[:wire.HeaderSize] // the group header's room
+	} else if len(w.gtab) == cap(w.gtab) {
+		if err := w.flush(); err != nil {
+			if hold != nil {
+				hold.Release()
+			}
+			return err
+		}
+		w.gtab = w.gtab[:wire.HeaderSize]
+	}
+	n := len(w.gtab)
+	w.gtab = w.gtab[:n+wire.HeaderSize]
+	h.Encode(w.gtab[n:])
+	w.pending += wire.HeaderSize + len(payload)
+	if len(payload) > 0 {
+		w.gpay = append(w.gpay, payload)
+	}
+	if hold != nil {
+		if len(payload) > 0 {
+			w.held = append(w.held, hold)
+		} else {
+			hold.Release()
+		}
+	}
+	if w.pending >= maxPendingBytes {
+		return w.flush()
+	}
+	return nil
+}
+
+// groupIov lays out what groupFrame queued: frames without payloads
+// back to back, one frame as it is, else a group.
+func (w *frameWriter) groupIov() {
+	frames := len(w.gtab)/wire.HeaderSize - 1
+	switch {
+	case frames <= 0:
+		return
+	case len(w.gpay) == 0 || frames == 1:
+		w.iov = append(w.iov, w.gtab[wire.HeaderSize:])
+	default:
+		g := wire.GroupHeader(frames)
+		g.Encode(w.gtab)
+		w.iov = append(w.iov, w.gtab)
+	}
+	w.iov = append(w.iov, w.gpay...)
+}
+
 // flush writes everything queued.
 func (w *frameWriter) flush() error {
-	if w.mark < len(w.buf) {
+	if w.grouped {
+		w.groupIov()
+	} else if w.mark < len(w.buf) {
 		w.iov = append(w.iov, w.buf[w.mark:])
 	}
 	var err error
@@ -109,6 +176,8 @@ func (w *frameWriter) reset() {
 	w.bufs = nil
 	w.buf = w.buf[:0]
 	w.mark, w.pending = 0, 0
+	clear(w.gpay)
+	w.gpay, w.gtab = w.gpay[:0], w.gtab[:0]
 	for i, e := range w.held {
 		e.Release()
 		w.held[i] = nil

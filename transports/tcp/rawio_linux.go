@@ -27,10 +27,11 @@ import (
 type rawIO struct {
 	rc syscall.RawConn
 
-	// The read side: a readv(2) into riov[:rcnt] (one buffer, or a
-	// payload and the next header: frameReader), spinning first while
-	// spinning is set (readSpin).
-	riov     [2]unix.Iovec
+	// The read side: a readv(2) into riov[:rcnt] (one buffer; a payload
+	// and the next header; or a group's payloads and the next header:
+	// frameReader), spinning first while spinning is set (readSpin).
+	riov     []unix.Iovec
+	riov0    [2]unix.Iovec
 	rcnt     uintptr
 	rn       int
 	re       syscall.Errno
@@ -71,6 +72,7 @@ func (r *rawIO) bind(nc net.Conn) *rawIO {
 	if r.rfn == nil {
 		r.rfn, r.vfn = r.doRead, r.doWritev
 		r.iov = r.iov0[:0]
+		r.riov = r.riov0[:]
 	}
 	r.rc, r.onWait, r.armR, r.armW = rc, nil, false, false
 	return r
@@ -104,7 +106,8 @@ func (r *rawIO) read() (int, error) {
 		r.sp.Done()
 		r.spinning, r.slept = false, true
 	}
-	r.riov[0].Base, r.riov[1].Base, r.stop = nil, nil, nil // hold no caller memory
+	clear(r.riov[:r.rcnt]) // hold no caller memory
+	r.stop = nil
 	if err == nil && r.re != 0 {
 		err = os.NewSyscallError("readv", r.re)
 	}

@@ -5,6 +5,8 @@ package tcp
 import (
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvconnect/kvconnect/internal/spin"
 )
 
@@ -25,6 +27,21 @@ func (r *rawIO) readv(a, b []byte) (na, nb int, err error) {
 	}
 	na = min(n, len(a))
 	return na, n - na, nil
+}
+
+// readvN fills bufs (none empty, at most maxReadv), in order, with what
+// the socket holds (at least one byte) in one readv(2), and returns how
+// many bytes it read in all. A closed peer is io.EOF.
+func (r *rawIO) readvN(bufs [][]byte) (int, error) {
+	if cap(r.riov) < len(bufs) {
+		r.riov = make([]unix.Iovec, len(bufs))
+	}
+	r.riov = r.riov[:cap(r.riov)]
+	for i, b := range bufs {
+		r.setIov(i, b)
+	}
+	r.rcnt = uintptr(len(bufs))
+	return r.read()
 }
 
 // readSpin reads what the socket holds into a (at least one byte),

@@ -147,6 +147,7 @@ func (tc *targetConn) serve(raw *rawIO) {
 	}()
 	var h wire.Header
 	var sc stateCheck
+	var gs groupScratch
 	for {
 		if fr != nil {
 			if err := tc.dl.readHeader(tc.nc, fr, hb[:]); err != nil {
@@ -163,63 +164,81 @@ func (tc *targetConn) serve(raw *rawIO) {
 		}
 		if fr == nil {
 			fr, fw = newFrameReader(tc.nc), newFrameWriter(tc.nc)
+			// An initiator that reads groups says so on every request.
+			fw.grouped = h.Status&wire.FlagGroups != 0
 		}
-		resp := wire.Header{ReqID: h.ReqID}
-		switch h.Op {
-		case wire.OpWrite:
-			resp.Op = wire.OpWriteAck
-			e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
-			if err != nil {
-				resp.Status = statusFor(err)
-				t.served.refuse(true, h.Length, err)
-				if err := fr.discard(h.Length); err != nil {
-					return
-				}
-			} else {
-				// A payload that is not buffered yet is read under a deadline,
-				// so a peer that dies mid-write cannot hold the region (and a
-				// Deregister waiting for it) until TCP keepalive gives up.
-				if sc.due() && abandoned(tc.nc) {
-					// The initiator has failed this WRITE already.
-					e.Release()
-					t.served.op(true, resFailed, h.Length)
-					return
-				}
-				if uint64(fr.Buffered()) < h.Length {
-					tc.dl.armRead(tc.nc, time.Duration(t.opts.OpTimeout))
-				}
-				_, err := fr.payload(mem)
-				e.Release()
-				if err != nil {
-					t.served.op(true, resFailed, h.Length)
-					return
-				}
-				t.served.op(true, resCompleted, h.Length)
-			}
-			if err := fw.frame(&resp, nil, nil); err != nil {
+		if h.Op == wire.OpGroup {
+			if !tc.group(fr, fw, &h, &sc, &gs) {
 				return
 			}
-		case wire.OpRead:
-			resp.Op = wire.OpReadResp
-			e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
-			if err != nil {
-				resp.Status = statusFor(err)
-				t.served.refuse(false, h.Length, err)
-				mem, e = nil, nil
-			} else {
-				resp.Length = h.Length
-				t.served.op(false, resCompleted, h.Length) // before the data can reach the initiator
-			}
-			if err := fw.frame(&resp, mem, e); err != nil {
-				return
-			}
+			continue
 		}
-		// The initiator marks the last request of each burst: answer the
-		// burst in one write.
-		if h.Status&wire.FlagFlush != 0 {
-			if err := fw.flush(); err != nil {
-				return
-			}
+		if !tc.request(fr, fw, &h, &sc) {
+			return
 		}
 	}
+}
+
+// request serves one request whose header is h. False: the connection
+// is to end.
+func (tc *targetConn) request(fr *frameReader, fw *frameWriter, h *wire.Header, sc *stateCheck) bool {
+	t := tc.t
+	resp := wire.Header{ReqID: h.ReqID, Region: wire.FeatureGroups}
+	switch h.Op {
+	case wire.OpWrite:
+		resp.Op = wire.OpWriteAck
+		e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
+		if err != nil {
+			resp.Status = statusFor(err)
+			t.served.refuse(true, h.Length, err)
+			if err := fr.discard(h.Length); err != nil {
+				return false
+			}
+		} else {
+			// A payload that is not buffered yet is read under a deadline,
+			// so a peer that dies mid-write cannot hold the region (and a
+			// Deregister waiting for it) until TCP keepalive gives up.
+			if sc.due() && abandoned(tc.nc) {
+				// The initiator has failed this WRITE already.
+				e.Release()
+				t.served.op(true, resFailed, h.Length)
+				return false
+			}
+			if uint64(fr.Buffered()) < h.Length {
+				tc.dl.armRead(tc.nc, time.Duration(t.opts.OpTimeout))
+			}
+			_, err := fr.payload(mem)
+			e.Release()
+			if err != nil {
+				t.served.op(true, resFailed, h.Length)
+				return false
+			}
+			t.served.op(true, resCompleted, h.Length)
+		}
+		if err := fw.frame(&resp, nil, nil); err != nil {
+			return false
+		}
+	case wire.OpRead:
+		resp.Op = wire.OpReadResp
+		e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
+		if err != nil {
+			resp.Status = statusFor(err)
+			t.served.refuse(false, h.Length, err)
+			mem, e = nil, nil
+		} else {
+			resp.Length = h.Length
+			t.served.op(false, resCompleted, h.Length) // before the data can reach the initiator
+		}
+		if err := fw.frame(&resp, mem, e); err != nil {
+			return false
+		}
+	}
+	// The initiator marks the last request of each burst: answer the
+	// burst in one write.
+	if h.Status&wire.FlagFlush != 0 {
+		if err := fw.flush(); err != nil {
+			return false
+		}
+	}
+	return true
 }

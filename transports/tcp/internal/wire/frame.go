@@ -5,11 +5,13 @@
 //	offset size field
 //	0      4    magic   "KVCN" (0x4E43564B little-endian)
 //	4      1    version (1)
-//	5      1    op      (1 WRITE, 2 READ, 0x81 WRITE ack, 0x82 READ response)
+//	5      1    op      (1 WRITE, 2 READ, 3 group, 0x81 WRITE ack,
+//	            0x82 READ response)
 //	6      2    status in responses (0 OK; see Status); flags in requests
-//	            (FlagFlush)
+//	            (FlagFlush, FlagGroups)
 //	8      8    request id (echoed in the response)
-//	16     8    region id (0 = offset is an absolute address)
+//	16     8    region id (0 = offset is an absolute address); in
+//	            responses, the responder's features (FeatureGroups)
 //	24     8    offset within the region, or absolute address
 //	32     8    payload length
 //
@@ -17,6 +19,25 @@
 // without payload. A READ carries no payload and is answered by a READ
 // response followed by length payload bytes when status is OK (length 0
 // otherwise). Responses on one connection come in request order.
+//
+// # Groups
+//
+// A group carries several frames with their headers first: a group
+// header (op 3, length n*HeaderSize, every other field 0), the n frames'
+// headers back to back (requests only, or responses only; no group
+// inside a group), then the payloads those frames carry, in order. It
+// means exactly what the n frames sent one after another mean; what it
+// buys is that the reader knows where every payload goes before it reads
+// any, and reads many payloads with one system call (a readv of their
+// destinations) instead of one per frame.
+//
+// Groups are negotiated per connection, and a v1 peer never sees one:
+// an initiator that reads groups sets FlagGroups on its requests, and a
+// target that reads groups sets FeatureGroups in its responses' region
+// field (a v1 initiator ignores that field, a v1 target ignores unknown
+// flags). A target sends groups only to an initiator whose requests
+// carried FlagGroups; an initiator sends groups only after a response
+// carried FeatureGroups.
 package wire
 
 import (
@@ -43,6 +64,7 @@ type Op uint8
 const (
 	OpWrite    Op = 0x01
 	OpRead     Op = 0x02
+	OpGroup    Op = 0x03
 	OpWriteAck Op = 0x81
 	OpReadResp Op = 0x82
 )
@@ -53,6 +75,8 @@ func (o Op) String() string {
 		return "WRITE"
 	case OpRead:
 		return "READ"
+	case OpGroup:
+		return "GROUP"
 	case OpWriteAck:
 		return "WRITE_ACK"
 	case OpReadResp:
@@ -97,6 +121,18 @@ func (s Status) String() string {
 // write instead of one per request.
 const FlagFlush Status = 0x0001
 
+// FlagGroups, in a request's status field, says the initiator reads
+// groups of responses (see Groups in the package comment).
+const FlagGroups Status = 0x0002
+
+// FeatureGroups, in a response's region field, says the target reads
+// groups of requests (see Groups in the package comment).
+const FeatureGroups uint64 = 1
+
+// MaxGroup bounds the frames in one group: a group's header table is at
+// most MaxGroup*HeaderSize (10 KiB) bytes.
+const MaxGroup = 256
+
 // Header is a decoded frame header.
 type Header struct {
 	Op     Op
@@ -114,6 +150,7 @@ var (
 	ErrBadOp      = errors.New("wire: unknown op")
 	ErrTooLong    = errors.New("wire: payload too long")
 	ErrShort      = errors.New("wire: short header")
+	ErrBadGroup   = errors.New("wire: bad group")
 )
 
 // Encode writes h into b, which must be at least HeaderSize bytes.
@@ -142,13 +179,16 @@ func (h *Header) Decode(b []byte) error {
 	}
 	op := Op(b[5])
 	switch op {
-	case OpWrite, OpRead, OpWriteAck, OpReadResp:
+	case OpWrite, OpRead, OpWriteAck, OpReadResp, OpGroup:
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrBadOp, uint8(op))
 	}
 	length := binary.LittleEndian.Uint64(b[32:40])
 	if length > MaxLength {
 		return fmt.Errorf("%w: %d bytes (max %d)", ErrTooLong, length, MaxLength)
+	}
+	if op == OpGroup && (length == 0 || length%HeaderSize != 0 || length > MaxGroup*HeaderSize) {
+		return fmt.Errorf("%w: a group of %d header bytes (a multiple of %d, at most %d frames)", ErrBadGroup, length, HeaderSize, MaxGroup)
 	}
 	*h = Header{
 		Op:     op,
@@ -159,4 +199,53 @@ func (h *Header) Decode(b []byte) error {
 		Length: length,
 	}
 	return nil
+}
+
+// GroupHeader is the header of a group of n frames.
+func GroupHeader(n int) Header {
+	return Header{Op: OpGroup, Length: uint64(n) * HeaderSize}
+}
+
+// Frames is how many frames a group header announces.
+func (h *Header) Frames() int { return int(h.Length / HeaderSize) }
+
+// Carries is how many payload bytes follow the frame's header on the
+// wire: a WRITE's and a READ response's length, 0 for the others.
+func (h *Header) Carries() uint64 {
+	if h.Op == OpWrite || h.Op == OpReadResp {
+		return h.Length
+	}
+	return 0
+}
+
+// DecodeGroup decodes a group's header table b (what its group header's
+// length announced) into hs, appended from hs[:0], and returns it. Every
+// header must be valid, none a group, and all requests or, with
+// responses set, all responses.
+func DecodeGroup(b []byte, hs []Header, responses bool) ([]Header, error) {
+	if len(b) == 0 || len(b)%HeaderSize != 0 || len(b) > MaxGroup*HeaderSize {
+		return hs[:0], fmt.Errorf("%w: a table of %d bytes", ErrBadGroup, len(b))
+	}
+	hs = hs[:0]
+	for off := 0; off < len(b); off += HeaderSize {
+		var h Header
+		if err := h.Decode(b[off:]); err != nil {
+			return hs, fmt.Errorf("frame %d of the group: %w", off/HeaderSize, err)
+		}
+		switch {
+		case h.Op == OpGroup:
+			return hs, fmt.Errorf("%w: frame %d is a group", ErrBadGroup, off/HeaderSize)
+		case h.Op.IsResponse() != responses:
+			return hs, fmt.Errorf("%w: frame %d is a %s in a group of %s", ErrBadGroup, off/HeaderSize, h.Op, kinds(responses))
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+func kinds(responses bool) string {
+	if responses {
+		return "responses"
+	}
+	return "requests"
 }

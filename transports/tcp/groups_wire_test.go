@@ -1,0 +1,307 @@
+package tcp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
+)
+
+// frameCounts is what a frameTap saw go by in one direction.
+type frameCounts struct {
+	groups, plain, grouped atomic.Int64 // group headers, frames outside groups, frames inside groups
+	noFlag                 atomic.Int64 // requests without wire.FlagGroups
+	noFeature              atomic.Int64 // responses without wire.FeatureGroups
+	bad                    atomic.Pointer[string]
+}
+
+// frameTap is a proxy in front of a kvconnect target that parses the
+// frames passing in each direction (groups included) and counts them.
+type frameTap struct {
+	ln       net.Listener
+	req, rsp frameCounts
+	wg       sync.WaitGroup
+}
+
+func newFrameTap(t *testing.T, target string) *frameTap {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &frameTap{ln: ln}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		p.wg.Wait()
+	})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); p.relay(s, c, &p.req, false); s.Close() }()
+			go func() { defer p.wg.Done(); p.relay(c, s, &p.rsp, true); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// relay copies frames from src to dst, counting them in fc.
+func (p *frameTap) relay(dst, src net.Conn, fc *frameCounts, responses bool) {
+	fail := func(s string) { fc.bad.CompareAndSwap(nil, &s) }
+	var hb [wire.HeaderSize]byte
+	var hs []wire.Header
+	for {
+		if _, err := io.ReadFull(src, hb[:]); err != nil {
+			return
+		}
+		var h wire.Header
+		if err := h.Decode(hb[:]); err != nil {
+			fail("undecodable header: " + err.Error())
+			return
+		}
+		if _, err := dst.Write(hb[:]); err != nil {
+			return
+		}
+		frames := []wire.Header{h}
+		if h.Op == wire.OpGroup {
+			tab := make([]byte, h.Length)
+			if _, err := io.ReadFull(src, tab); err != nil {
+				return
+			}
+			var err error
+			if hs, err = wire.DecodeGroup(tab, hs, responses); err != nil {
+				fail("bad group: " + err.Error())
+				return
+			}
+			if _, err := dst.Write(tab); err != nil {
+				return
+			}
+			frames = hs
+			fc.groups.Add(1)
+			fc.grouped.Add(int64(len(hs)))
+		} else {
+			fc.plain.Add(1)
+		}
+		var carried int64
+		for _, f := range frames {
+			carried += int64(f.Carries())
+			if !responses && f.Status&wire.FlagGroups == 0 {
+				fc.noFlag.Add(1)
+			}
+			if responses && f.Region&wire.FeatureGroups == 0 {
+				fc.noFeature.Add(1)
+			}
+		}
+		if _, err := io.CopyN(dst, src, carried); err != nil {
+			return
+		}
+	}
+}
+
+func (fc *frameCounts) check(t *testing.T, dir string) {
+	t.Helper()
+	if s := fc.bad.Load(); s != nil {
+		t.Fatalf("%s: %s", dir, *s)
+	}
+}
+
+// TestGroupsNegotiated: two kvconnect nodes agree on groups on their
+// own. Every request says the initiator reads groups and every response
+// says the target does; the first burst on a connection goes out as
+// plain frames (the initiator has not heard from the target yet), later
+// bursts of WRITEs as groups, and a burst of READs is answered with a
+// group; the bytes arrive intact.
+func TestGroupsNegotiated(t *testing.T) {
+	h := inproc(`{"connections":1}`)
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	const size, n = 64 << 10, 16
+	src, dst := a.Alloc(t, size*n, 0), b.Alloc(t, size*n, 0)
+	for i := range src.Bytes {
+		src.Bytes[i] = byte(i*7 + i>>16)
+	}
+	tap := newFrameTap(t, string(b.Endpoint))
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "b", Endpoint: []byte(tap.ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := func(kind plugins.OpKind, k int) []plugins.Op {
+		var o []plugins.Op
+		for i := range k {
+			off := uint64(i * size)
+			o = append(o, plugins.Op{Kind: kind, LocalRegion: src.ID, LocalOffset: off, RemoteRegion: dst.ID, RemoteOffset: off, Length: size})
+		}
+		return o
+	}
+	a.MustTransfer(t, peer, ops(plugins.OpWrite, 1))
+	if g := tap.req.groups.Load(); g != 0 {
+		t.Fatalf("the first burst went out as %d groups: the initiator cannot know yet that the target reads them", g)
+	}
+	a.MustTransfer(t, peer, ops(plugins.OpWrite, n))
+	if !bytes.Equal(dst.Bytes, src.Bytes) {
+		t.Fatal("the target's region differs from what was written")
+	}
+	if g := tap.req.groups.Load(); g == 0 {
+		t.Fatalf("a burst of %d WRITEs after the first response went out as plain frames (%d), no group", n, tap.req.plain.Load())
+	}
+	clear(src.Bytes)
+	a.MustTransfer(t, peer, ops(plugins.OpRead, n))
+	if !bytes.Equal(src.Bytes, dst.Bytes) {
+		t.Fatal("the READs brought back other bytes than the target holds")
+	}
+	if g := tap.rsp.groups.Load(); g == 0 {
+		t.Fatalf("%d READs were answered with plain frames (%d), no group", n, tap.rsp.plain.Load())
+	}
+	tap.req.check(t, "requests")
+	tap.rsp.check(t, "responses")
+	if k := tap.req.noFlag.Load(); k != 0 {
+		t.Fatalf("%d requests without FlagGroups", k)
+	}
+	if k := tap.rsp.noFeature.Load(); k != 0 {
+		t.Fatalf("%d responses without FeatureGroups", k)
+	}
+}
+
+// TestNoGroupsToV1Target: a target that never says it reads groups (a
+// kvconnect node from before them) never gets one, however many bursts
+// go to it.
+func TestNoGroupsToV1Target(t *testing.T) {
+	var groups, reqs atomic.Int32
+	addr, _ := scriptedTarget(t, func(_, _ int, nc net.Conn, h wire.Header) {
+		reqs.Add(1)
+		if h.Op == wire.OpGroup {
+			groups.Add(1)
+			return // it would not understand it: the initiator fails
+		}
+		ack(nc, h)
+	})
+	a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+	src := a.Alloc(t, 1<<20, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "v1", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []plugins.Op
+	for i := range 8 {
+		ops = append(ops, plugins.Op{Kind: plugins.OpWrite, LocalRegion: src.ID, LocalOffset: uint64(i) << 16, RemoteRegion: 1, Length: 64 << 10})
+	}
+	for range 4 {
+		a.MustTransfer(t, peer, ops)
+	}
+	if g := groups.Load(); g != 0 {
+		t.Fatalf("a v1 target got %d groups among %d requests", g, reqs.Load())
+	}
+}
+
+// TestNoGroupsToV1Initiator: an initiator whose requests do not carry
+// FlagGroups (a kvconnect node from before groups) gets plain responses,
+// even for a burst of READs, and each says the target reads groups; one
+// whose requests carry it gets the burst answered with a group.
+func TestNoGroupsToV1Initiator(t *testing.T) {
+	b := transporttest.NewNode(t, inproc(""), "b")
+	dst := b.Alloc(t, 1<<20, 0)
+	for _, tt := range []struct {
+		name  string
+		flags wire.Status
+		want  wire.Op
+	}{
+		{"v1", 0, wire.OpReadResp},
+		{"groups", wire.FlagGroups, wire.OpGroup},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, err := net.Dial("tcp", string(b.Endpoint))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			var req [2 * wire.HeaderSize]byte
+			(&wire.Header{Op: wire.OpRead, Status: tt.flags, ReqID: 1, Region: uint64(dst.ID), Length: 4096}).Encode(req[:])
+			(&wire.Header{Op: wire.OpRead, Status: tt.flags | wire.FlagFlush, ReqID: 2, Region: uint64(dst.ID), Offset: 4096, Length: 4096}).Encode(req[wire.HeaderSize:])
+			if _, err := nc.Write(req[:]); err != nil {
+				t.Fatal(err)
+			}
+			var hb [wire.HeaderSize]byte
+			if _, err := io.ReadFull(nc, hb[:]); err != nil {
+				t.Fatal(err)
+			}
+			var h wire.Header
+			if err := h.Decode(hb[:]); err != nil {
+				t.Fatal(err)
+			}
+			if h.Op != tt.want {
+				t.Fatalf("the first response is a %s, want %s", h.Op, tt.want)
+			}
+			if h.Op == wire.OpReadResp && (h.ReqID != 1 || h.Region != wire.FeatureGroups) {
+				t.Fatalf("the first response: %+v, want request 1 with FeatureGroups in its region field", h)
+			}
+		})
+	}
+}
+
+// TestBadGroupOfResponsesFailsOps: a group of responses that answers
+// more requests than are outstanding, or holds a request, fails the op
+// with ErrProtocol instead of hanging or touching memory.
+func TestBadGroupOfResponsesFailsOps(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		second wire.Header
+	}{
+		{"more responses than requests", wire.Header{Op: wire.OpReadResp, ReqID: 99, Length: 16}},
+		{"a request inside", wire.Header{Op: wire.OpRead, ReqID: 99, Length: 16}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, _ := scriptedTarget(t, func(_, _ int, nc net.Conn, h wire.Header) {
+				out := make([]byte, 3*wire.HeaderSize)
+				g := wire.GroupHeader(2)
+				g.Encode(out)
+				(&wire.Header{Op: wire.OpReadResp, ReqID: h.ReqID, Region: wire.FeatureGroups, Length: h.Length}).Encode(out[wire.HeaderSize:])
+				tt.second.Encode(out[2*wire.HeaderSize:])
+				nc.Write(append(out, make([]byte, h.Length+16)...))
+			})
+			a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+			dst := a.Alloc(t, 4096, 4096)
+			peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "bad", Endpoint: []byte(addr)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range dst.Whole() {
+				dst.Whole()[i] = 0xAA
+			}
+			res, _ := a.Transfer(t, peer, []plugins.Op{{Kind: plugins.OpRead, LocalRegion: dst.ID, RemoteRegion: 1, Length: 4096}})
+			if !errors.Is(res[0].Err, plugins.ErrProtocol) {
+				t.Fatalf("op: %v, want ErrProtocol", res[0].Err)
+			}
+			for i, c := range dst.Whole() {
+				if c != 0xAA {
+					t.Fatalf("byte %d of the region and its guards was written (%#x)", i, c)
+				}
+			}
+		})
+	}
+}
