@@ -136,8 +136,8 @@ func (fc *frameCounts) check(t *testing.T, dir string) {
 // own. Every request says the initiator reads groups and every response
 // says the target does; the first burst on a connection goes out as
 // plain frames (the initiator has not heard from the target yet), later
-// bursts of WRITEs as groups, and a burst of READs is answered with a
-// group; the bytes arrive intact.
+// bursts of WRITEs as groups; the bytes arrive intact both ways (READs
+// are answered frame by frame: the target sends no groups, see serve).
 func TestGroupsNegotiated(t *testing.T) {
 	h := inproc(`{"connections":1}`)
 	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
@@ -174,9 +174,6 @@ func TestGroupsNegotiated(t *testing.T) {
 	a.MustTransfer(t, peer, ops(plugins.OpRead, n))
 	if !bytes.Equal(src.Bytes, dst.Bytes) {
 		t.Fatal("the READs brought back other bytes than the target holds")
-	}
-	if g := tap.rsp.groups.Load(); g == 0 {
-		t.Fatalf("%d READs were answered with plain frames (%d), no group", n, tap.rsp.plain.Load())
 	}
 	tap.req.check(t, "requests")
 	tap.rsp.check(t, "responses")
@@ -220,47 +217,93 @@ func TestNoGroupsToV1Target(t *testing.T) {
 }
 
 // TestNoGroupsToV1Initiator: an initiator whose requests do not carry
-// FlagGroups (a kvconnect node from before groups) gets plain responses,
-// even for a burst of READs, and each says the target reads groups; one
-// whose requests carry it gets the burst answered with a group.
+// FlagGroups (a kvconnect node from before groups) gets plain responses
+// to a burst of READs, each saying the target reads groups.
 func TestNoGroupsToV1Initiator(t *testing.T) {
 	b := transporttest.NewNode(t, inproc(""), "b")
 	dst := b.Alloc(t, 1<<20, 0)
-	for _, tt := range []struct {
-		name  string
-		flags wire.Status
-		want  wire.Op
-	}{
-		{"v1", 0, wire.OpReadResp},
-		{"groups", wire.FlagGroups, wire.OpGroup},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", string(b.Endpoint))
-			if err != nil {
-				t.Fatal(err)
+	nc, err := net.Dial("tcp", string(b.Endpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var req [2 * wire.HeaderSize]byte
+	(&wire.Header{Op: wire.OpRead, ReqID: 1, Region: uint64(dst.ID), Length: 4096}).Encode(req[:])
+	(&wire.Header{Op: wire.OpRead, Status: wire.FlagFlush, ReqID: 2, Region: uint64(dst.ID), Offset: 4096, Length: 4096}).Encode(req[wire.HeaderSize:])
+	if _, err := nc.Write(req[:]); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 2; id++ {
+		var hb [wire.HeaderSize]byte
+		if _, err := io.ReadFull(nc, hb[:]); err != nil {
+			t.Fatal(err)
+		}
+		var h wire.Header
+		if err := h.Decode(hb[:]); err != nil {
+			t.Fatal(err)
+		}
+		if h.Op != wire.OpReadResp || h.ReqID != id || h.Region != wire.FeatureGroups || h.Length != 4096 {
+			t.Fatalf("response %d: %+v, want a READ response of 4096 bytes with FeatureGroups in its region field", id, h)
+		}
+		if _, err := io.CopyN(io.Discard, nc, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGroupOfResponsesRead: an initiator reads a burst's responses sent
+// as one group (what FlagGroups allows a target to send): each READ's
+// bytes land in its place, and nothing around them changes.
+func TestGroupOfResponsesRead(t *testing.T) {
+	var first wire.Header
+	addr, _ := scriptedTarget(t, func(_, req int, nc net.Conn, h wire.Header) {
+		if req%2 == 1 {
+			first = h
+			return
+		}
+		out := make([]byte, 3*wire.HeaderSize)
+		g := wire.GroupHeader(2)
+		g.Encode(out)
+		(&wire.Header{Op: wire.OpReadResp, ReqID: first.ReqID, Length: first.Length}).Encode(out[wire.HeaderSize:])
+		(&wire.Header{Op: wire.OpReadResp, ReqID: h.ReqID, Length: h.Length}).Encode(out[2*wire.HeaderSize:])
+		for _, r := range []wire.Header{first, h} {
+			for i := range r.Length {
+				out = append(out, byte(r.ReqID*31+i))
 			}
-			defer nc.Close()
-			var req [2 * wire.HeaderSize]byte
-			(&wire.Header{Op: wire.OpRead, Status: tt.flags, ReqID: 1, Region: uint64(dst.ID), Length: 4096}).Encode(req[:])
-			(&wire.Header{Op: wire.OpRead, Status: tt.flags | wire.FlagFlush, ReqID: 2, Region: uint64(dst.ID), Offset: 4096, Length: 4096}).Encode(req[wire.HeaderSize:])
-			if _, err := nc.Write(req[:]); err != nil {
-				t.Fatal(err)
-			}
-			var hb [wire.HeaderSize]byte
-			if _, err := io.ReadFull(nc, hb[:]); err != nil {
-				t.Fatal(err)
-			}
-			var h wire.Header
-			if err := h.Decode(hb[:]); err != nil {
-				t.Fatal(err)
-			}
-			if h.Op != tt.want {
-				t.Fatalf("the first response is a %s, want %s", h.Op, tt.want)
-			}
-			if h.Op == wire.OpReadResp && (h.ReqID != 1 || h.Region != wire.FeatureGroups) {
-				t.Fatalf("the first response: %+v, want request 1 with FeatureGroups in its region field", h)
-			}
-		})
+		}
+		nc.Write(out)
+	})
+	a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+	const size = 40 << 10
+	dst := a.Alloc(t, 2*size, 4096)
+	for i := range dst.Whole() {
+		dst.Whole()[i] = 0xAA
+	}
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "g", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.MustTransfer(t, peer, []plugins.Op{
+		{Kind: plugins.OpRead, LocalRegion: dst.ID, RemoteRegion: 1, Length: size},
+		{Kind: plugins.OpRead, LocalRegion: dst.ID, LocalOffset: size, RemoteRegion: 1, Length: size},
+	})
+	whole := dst.Whole()
+	// The two requests have consecutive ids: the second op's pattern
+	// starts 31 above the first's unless their payloads were swapped.
+	if d := whole[4096+size] - whole[4096]; d != 31 {
+		t.Fatalf("the second op's bytes start %d above the first's, want 31 (payloads out of order)", d)
+	}
+	for i, c := range whole {
+		want := byte(0xAA)
+		if j := i - 4096; j >= 0 && j < 2*size {
+			// Request ids are the transport's; the target's pattern
+			// is checked relative to each op's first byte.
+			base := whole[4096+(j/size)*size]
+			want = base + byte(j%size)
+		}
+		if c != want {
+			t.Fatalf("byte %d: %#x, want %#x", i, c, want)
+		}
 	}
 }
 
