@@ -23,6 +23,11 @@ type groupScratch struct {
 // False: the connection is to end.
 func (tc *targetConn) group(fr *frameReader, fw *frameWriter, g *wire.Header, sc *stateCheck, gs *groupScratch) bool {
 	t := tc.t
+	// The table follows its header at once: read it under a deadline, as
+	// a payload (one left from an earlier payload may be about to pass).
+	if uint64(fr.Buffered()) < g.Length {
+		tc.dl.armRead(tc.nc, time.Duration(t.opts.OpTimeout))
+	}
 	hs, err := fr.group(g, gs.hs, false)
 	gs.hs = hs
 	if err != nil {
