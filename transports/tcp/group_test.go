@@ -146,3 +146,82 @@ func TestGroupsRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// FuzzGroupPayloads: the payloads of frames of any sizes the input
+// picks, read together (frameReader.payloads) from a socket the sender
+// writes in pieces of the sizes the input picks, land whole, in order,
+// each in its own place; then the frame after them is read intact.
+func FuzzGroupPayloads(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0x40, 0, 0, 0x10, 0xff}, []byte{3, 200, 1, 0, 90})
+	f.Add([]byte{0x80, 0xff, 0x81, 0x00, 0x7f, 0xff, 0x00, 0x01}, []byte{255, 255, 1})
+	f.Add([]byte{0x20, 0x00, 0x20, 0x00, 0x20, 0x00, 0x20, 0x00, 0x20, 0x00}, []byte{})
+	f.Fuzz(func(t *testing.T, spec, pieces []byte) {
+		var sizes []int
+		for i := 0; i+1 < len(spec) && len(sizes) < 48; i += 2 {
+			n := int(spec[i]&0x7f)<<8 | int(spec[i+1]) // up to 32 KiB - 1, ...
+			if spec[i]&0x80 != 0 {
+				n *= 5 // ... or up to 160 KiB
+			}
+			if n > 0 {
+				sizes = append(sizes, n)
+			}
+		}
+		if len(sizes) == 0 {
+			return
+		}
+		// The payloads back to back, then one more frame with its own.
+		var stream []byte
+		var want [][]byte
+		for i, n := range sizes {
+			p := make([]byte, n)
+			for j := range p {
+				p[j] = byte(i*131 + j*7 + j>>9)
+			}
+			stream = append(stream, p...)
+			want = append(want, p)
+		}
+		tail, tailPayloads := frameStream([]int{333})
+		stream = append(stream, tail...)
+		cli, srv := tcpPair(t)
+		go func() {
+			rest := stream
+			for k := 0; len(rest) > 0; k++ {
+				n := len(rest)
+				if len(pieces) > 0 {
+					n = min(n, 1+int(pieces[k%len(pieces)])*257)
+				}
+				if _, err := cli.Write(rest[:n]); err != nil {
+					return
+				}
+				rest = rest[n:]
+			}
+		}()
+		fr := newFrameReader(srv)
+		dsts := make([][]byte, len(sizes))
+		total := 0
+		for i, n := range sizes {
+			dsts[i] = make([]byte, n)
+			total += n
+		}
+		if n, err := fr.payloads(dsts); err != nil || n != total {
+			t.Fatalf("payloads: %d of %d bytes, %v", n, total, err)
+		}
+		for i := range dsts {
+			if !bytes.Equal(dsts[i], want[i]) {
+				t.Fatalf("payload %d of %d (%d bytes) differs", i, len(dsts), len(want[i]))
+			}
+		}
+		var hb [wire.HeaderSize]byte
+		if _, err := fr.header(hb[:]); err != nil {
+			t.Fatalf("the frame after the group: header: %v", err)
+		}
+		var h wire.Header
+		if err := h.Decode(hb[:]); err != nil || h.Length != 333 {
+			t.Fatalf("the frame after the group: %+v, %v", h, err)
+		}
+		got := make([]byte, 333)
+		if _, err := fr.payload(got); err != nil || !bytes.Equal(got, tailPayloads[0]) {
+			t.Fatalf("the frame after the group: payload differs or %v", err)
+		}
+	})
+}
