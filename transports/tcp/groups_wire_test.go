@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -26,49 +25,19 @@ type frameCounts struct {
 // frameTap is a proxy in front of a kvconnect target that parses the
 // frames passing in each direction (groups included) and counts them.
 type frameTap struct {
-	ln       net.Listener
+	*cutProxy
 	req, rsp frameCounts
-	wg       sync.WaitGroup
 }
 
 func newFrameTap(t *testing.T, target string) *frameTap {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &frameTap{ln: ln}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
+	p := &frameTap{}
+	p.cutProxy = newRelayProxy(t, target, func(dst, src net.Conn, toTarget bool) {
+		if toTarget {
+			p.relay(dst, src, &p.req, false)
+		} else {
+			p.relay(dst, src, &p.rsp, true)
 		}
-		mu.Unlock()
-		p.wg.Wait()
 	})
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); p.relay(s, c, &p.req, false); s.Close() }()
-			go func() { defer p.wg.Done(); p.relay(c, s, &p.rsp, true); c.Close() }()
-		}
-	}()
 	return p
 }
 
@@ -147,7 +116,7 @@ func TestGroupsNegotiated(t *testing.T) {
 		src.Bytes[i] = byte(i*7 + i>>16)
 	}
 	tap := newFrameTap(t, string(b.Endpoint))
-	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "b", Endpoint: []byte(tap.ln.Addr().String())})
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "b", Endpoint: []byte(tap.addr())})
 	if err != nil {
 		t.Fatal(err)
 	}

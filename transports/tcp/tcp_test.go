@@ -261,6 +261,13 @@ type cutProxy struct {
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newRelayProxy(t, target, func(dst, src net.Conn, _ bool) { io.Copy(dst, src) })
+}
+
+// newRelayProxy is a cutProxy whose connections copy with relay: from
+// the dialer to target (toTarget set) and back, each direction until
+// relay returns, which closes dst.
+func newRelayProxy(t *testing.T, target string, relay func(dst, src net.Conn, toTarget bool)) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -282,8 +289,8 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			p.conns = append(p.conns, c, s)
 			p.n++
 			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
+			go func() { relay(s, c, true); s.Close() }()
+			go func() { relay(c, s, false); c.Close() }()
 		}
 	}()
 	return p
