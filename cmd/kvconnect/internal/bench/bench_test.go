@@ -507,7 +507,8 @@ func TestSuiteTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"## Machine", "- CPU: ", "- Kernel: ", "- Go: go", "## How to reproduce", "kvconnect bench --suite",
-		"| tcp plugin / raw Go TCP, WRITE 1MiB ≥ 0.85 |", "| tcp plugin / in-process, READ 1MiB ≥ 0.95 |",
+		"| tcp plugin / raw Go TCP, WRITE 1MiB ≥ 0.85 |", "| tcp plugin, 2 processes / tcp in-process, 2 processes, READ 1MiB ≥ 0.95 |",
+		"| tcp plugin / tcp in-process, both nodes in one process (loopback), for reference, READ 1MiB ≥ 0.95 |",
 		"## Single 4KiB WRITE latency", "## connector.New: protocol rdma falling back to tcp", "ended on tcp",
 		"| WRITE | 1MiB |", // plugin vs in-process
 		"## Metrics overhead", "| WRITE 4KiB x 1/batch, 1 thread | ", "| WRITE 1MiB x 1/batch, 1 thread | ", "| WRITE 1MiB x 4/batch, 2 threads | ",

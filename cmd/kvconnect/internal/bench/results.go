@@ -96,10 +96,12 @@ type SuiteResult struct {
 	// workload by workload (GB/s, same-round ratios); each must be at
 	// least MetricsOverheadTarget.
 	MetricsOverhead []Comparison `json:"metrics_overhead,omitempty"`
-	// PluginVsInProcess is tcp plugin / tcp in-process per op and block
-	// size (median of per-round ratios), keyed "WRITE 1MiB".
-	PluginVsInProcess map[string]summary `json:"plugin_vs_in_process"`
-	Fallback          FallbackTiming     `json:"fallback"`
+	// PluginVsInProcess is each plugin variant over the in-process
+	// variant of its topology (inProcessOf: tcp plugin / tcp in-process,
+	// and the same with two processes), per op and block size (median of
+	// per-round ratios), keyed "WRITE 1MiB", then by the plugin variant.
+	PluginVsInProcess map[string]map[string]summary `json:"plugin_vs_in_process"`
+	Fallback          FallbackTiming                `json:"fallback"`
 	// VsMooncake compares kvconnect with Mooncake's own TE in the same
 	// rounds.
 	VsMooncake []Comparison `json:"vs_mooncake,omitempty"`
@@ -176,10 +178,14 @@ func summarizeSuite(res *SuiteResult) {
 		if c.Variant != res.Baseline && len(c.Errors) == 0 {
 			c.Ratio = ratio(c, byKey[k(res.Baseline, c.Op, c.BlockSize)])
 		}
-		if c.Variant == VariantTCPPlugin {
-			in := byKey[k(VariantTCPInProc, c.Op, c.BlockSize)]
+		if inproc, ok := inProcessOf[c.Variant]; ok {
+			in := byKey[k(inproc, c.Op, c.BlockSize)]
 			if in != nil && len(in.Errors) == 0 && len(c.Errors) == 0 {
-				res.PluginVsInProcess[cellName(c.Op, c.BlockSize)] = ratio(c, in)
+				name := cellName(c.Op, c.BlockSize)
+				if res.PluginVsInProcess[name] == nil {
+					res.PluginVsInProcess[name] = map[string]summary{}
+				}
+				res.PluginVsInProcess[name][c.Variant] = ratio(c, in)
 			}
 		}
 	}

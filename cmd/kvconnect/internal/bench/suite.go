@@ -139,7 +139,7 @@ func RunSuite(ctx context.Context, o SuiteOptions) (*SuiteResult, error) {
 	r := &suiteRun{ctx: ctx, o: &o, cells: map[cellKey]*Cell{}, failed: map[int]string{},
 		res: &SuiteResult{Machine: DescribeMachine(), Command: o.Command, Rounds: o.Rounds, Duration: o.Duration.String(),
 			Warmup: o.Warmup.String(), Threads: o.Threads, BatchSize: o.BatchSize, BufferSize: o.BufferSize, Conns: conns,
-			Unit: Unit, PluginVsInProcess: map[string]summary{}}}
+			Unit: Unit, PluginVsInProcess: map[string]map[string]summary{}}}
 	defer r.closeAll()
 	if err := r.start(append(o.variants(conns), o.extra...)); err != nil {
 		return nil, err
