@@ -58,13 +58,19 @@ func TestMooncakeTableRoundsMeeting(t *testing.T) {
 		{Variant: VariantMCPtoKV, Base: VariantMCPtoMC, Op: Read, BlockSize: 16 << 10, Ratio: summarize([]float64{0.97, 1.3, 0.88, 1.42, 1.01}), Target: 1},
 		{Variant: VariantTCPPlugin, Base: VariantMCPtoMC, Op: Read, BlockSize: 16 << 10, Ratio: summarize([]float64{8, 9})},
 	}}
+	wantRows(t, res,
+		"| "+VariantMCPtoKV+" | "+VariantMCPtoMC+" | READ | 16KiB | **1.01** | 0.88–1.42 | 1.00 | yes | 3 of 5 | – |",
+		"| "+VariantTCPPlugin+" | "+VariantMCPtoMC+" | READ | 16KiB | **8.50** | 8.00–9.00 | – | – | – | – |",
+	)
+}
+
+// wantRows fails t for each row res's report (without the machine) lacks.
+func wantRows(t *testing.T, res *SuiteResult, rows ...string) {
+	t.Helper()
 	var md bytes.Buffer
 	res.WriteMarkdown(&md, false)
 	out := md.String()
-	for _, want := range []string{
-		"| " + VariantMCPtoKV + " | " + VariantMCPtoMC + " | READ | 16KiB | **1.01** | 0.88–1.42 | 1.00 | yes | 3 of 5 | – |",
-		"| " + VariantTCPPlugin + " | " + VariantMCPtoMC + " | READ | 16KiB | **8.50** | 8.00–9.00 | – | – | – | – |",
-	} {
+	for _, want := range rows {
 		if !strings.Contains(out, want) {
 			t.Errorf("no row %q in\n%s", want, out)
 		}
@@ -97,17 +103,10 @@ func TestPluginVsInProcessByTopology(t *testing.T) {
 	if s := got[VariantTCPPlugin]; s.N != 3 || math.Abs(s.Median-0.8) > 1e-9 {
 		t.Errorf("loopback: %+v, want 0.80", s)
 	}
-	var md bytes.Buffer
-	res.WriteMarkdown(&md, false)
-	out := md.String()
-	for _, want := range []string{
-		"| " + VariantTCPPlugin2P + " / " + VariantTCPInProc2P + ", WRITE 1MiB ≥ 0.95 | 0.980 (0.80–1.00) | yes | 2 of 3 |",
-		"| " + VariantTCPPlugin + " / " + VariantTCPInProc + ", both nodes in one process (loopback), for reference, WRITE 1MiB ≥ 0.95 | 0.800 (0.80–0.80) | **no** | 0 of 3 |",
-		"| " + VariantTCPPlugin2P + " / " + VariantTCPInProc2P + ", READ 1MiB ≥ 0.95 | not measured | – | – |",
+	wantRows(t, res,
+		"| "+VariantTCPPlugin2P+" / "+VariantTCPInProc2P+", WRITE 1MiB ≥ 0.95 | 0.980 (0.80–1.00) | yes | 2 of 3 |",
+		"| "+VariantTCPPlugin+" / "+VariantTCPInProc+", both nodes in one process (loopback), for reference, WRITE 1MiB ≥ 0.95 | 0.800 (0.80–0.80) | **no** | 0 of 3 |",
+		"| "+VariantTCPPlugin2P+" / "+VariantTCPInProc2P+", READ 1MiB ≥ 0.95 | not measured | – | – |",
 		"| WRITE | 1MiB | 0.98 | 0.80–1.00 | 0.80 | 0.80–0.80 |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no row %q in\n%s", want, out)
-		}
-	}
+	)
 }

@@ -13,11 +13,12 @@ import (
 // A vsInProc target compares a plugin variant with the in-process
 // variant of the same topology: with the nodes in two processes as
 // deployed, and, for reference, with both nodes in one process, the only
-// comparison issue 7 had. There the in-process baseline never leaves a
-// process and keeps both vCPUs busy where every variant that crosses
-// processes leaves some idle (raw Go TCP too), so it can say more about
-// the machine than about the plugin (docs/DATAPATH.md, twenty-sixth
-// round), as the loopback single-op target does.
+// comparison issue 7 had. In that one the in-process baseline never
+// leaves its process and keeps both vCPUs busy, where every variant
+// whose data crosses processes leaves some idle (raw Go TCP too), so it
+// says more about the machine than about the plugin (docs/DATAPATH.md,
+// twenty-sixth round); the loopback single-op target is kept for
+// reference the same way.
 var targets = []struct {
 	variant  string
 	op       Operation
