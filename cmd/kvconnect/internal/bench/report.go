@@ -228,10 +228,11 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 		var got summary
 		what := fmt.Sprintf("%s / %s, %s %s ≥ %.2f", t.variant, res.Baseline, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
 		if t.vsInProc {
-			what = fmt.Sprintf("%s / %s, %s %s ≥ %.2f", t.variant, inProcessOf[t.variant], t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
+			reference := ""
 			if t.variant == VariantTCPPlugin {
-				what = fmt.Sprintf("%s / %s, both nodes in one process (loopback), for reference, %s %s ≥ %.2f", t.variant, inProcessOf[t.variant], t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
+				reference = ", both nodes in one process (loopback), for reference"
 			}
+			what = fmt.Sprintf("%s / %s%s, %s %s ≥ %.2f", t.variant, inProcessOf[t.variant], reference, t.op.Upper(), units.FormatSize(uint64(t.bs)), t.min)
 			got = res.PluginVsInProcess[cellName(t.op, t.bs)][t.variant]
 		} else {
 			for _, c := range res.Cells {
