@@ -118,6 +118,13 @@ func validIPv6(h string) error {
 	if err != nil || !a.Is6() {
 		return fmt.Errorf("is not an IPv6 address (brackets are only for IPv6)")
 	}
+	// netip accepts any bytes after '%'; a zone is an interface name or
+	// index, and one with ']' or ':' would not survive the bracketed form.
+	for _, c := range a.Zone() {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("has zone %q with %q (a zone is an interface name: letters, digits, '-', '_', '.')", a.Zone(), c)
+		}
+	}
 	return nil
 }
 

@@ -69,6 +69,8 @@ func TestParseSegmentNameErrors(t *testing.T) {
 		{"fd00::1:15000:npu_0", `must be in brackets`},
 		{"[10.0.0.1]:15000:npu_0", `host [10.0.0.1] is not an IPv6 address`},
 		{"[node1]:15000:npu_0", `host [node1] is not an IPv6 address`},
+		{"[fe80::1%eth 0]:15000:npu_0", `has zone "eth 0" with ' '`},
+		{"[fe80::1%a/b]:15000:npu_0", `has zone "a/b" with '/'`},
 		{"[::1:15000:npu_0", `host:port "[::1:15000"`},
 		{"10.0.0.256:15000:npu_0", `host "10.0.0.256" is not a valid IPv4 address`},
 		{"10.0.0:15000:npu_0", `host "10.0.0" is not a valid IPv4 address`},
@@ -163,6 +165,7 @@ func FuzzFormatSegmentName(f *testing.F) {
 	f.Add("fe80::1%eth0", 65535, 7)
 	f.Add("node-1.example", 8998, 0)
 	f.Add("", 0, -1)
+	f.Add("::%]", 65509, 11) // a zone with ']' formatted a name the parser cannot split
 	f.Fuzz(func(t *testing.T, host string, port, npu int) {
 		name := FormatSegmentName(host, port, npu)
 		h, p, n, err := ParseSegmentName(name)
