@@ -350,14 +350,6 @@ func (s *ringServer) serve(j job, inline bool) {
 // run runs one batch and publishes its completion.
 func (s *ringServer) run(j job) {
 	e := j.sub
-	defer func() {
-		j.cancel()
-		s.mu.Lock()
-		if j.bad == nil {
-			delete(s.running, e.ID)
-		}
-		s.mu.Unlock()
-	}()
 	if j.bad != nil {
 		s.log.Warn("refusing a malformed ring submission", zap.Error(j.bad))
 		s.publish(j, ring.Comp{ID: e.ID, Flags: ring.FlagBatchError, BatchKinds: s.kinds.Mask(j.bad), BatchMsg: ring.NoMsg})
@@ -385,11 +377,22 @@ func (s *ringServer) run(j job) {
 	s.publish(j, ring.EncodeResults(area, e.ID, s.kinds, n, func(i int) error { return results[i].Err }, berr))
 }
 
-// publish posts j's completion. The sleeper, running j itself, first
-// raises SQSpin and then drops SQBusy: the host, woken by the completion,
-// may submit its next batch at once, and finds the SQ watched without
-// waking the standby for it.
+// publish posts j's completion. j stops counting as running first: the
+// host may submit its next batch the moment it sees the completion, and
+// a claim that still found j there would take a lone batch for a
+// concurrent one (alone), sending the sleeper to workers and the
+// doorbell for concurrentHold, which on a loaded machine (a preempted
+// worker between its completion and its cleanup) kept renewing itself.
+// The sleeper, running j itself, then raises SQSpin and drops SQBusy:
+// the host, woken by the completion, finds the SQ watched without
+// waking the standby for its next batch.
 func (s *ringServer) publish(j job, c ring.Comp) {
+	j.cancel()
+	if j.bad == nil {
+		s.mu.Lock()
+		delete(s.running, j.sub.ID)
+		s.mu.Unlock()
+	}
 	if j.inline {
 		s.r.Add(ring.SQSpin, 1)
 		s.r.Store(ring.SQBusy, 0)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +121,74 @@ func TestSleeperWaitsOnTheDoorbellWhileConcurrent(t *testing.T) {
 			})
 			submit(2)
 		})
+	}
+}
+
+// countingTransport completes every batch at once and counts them.
+type countingTransport struct {
+	Transport
+	n atomic.Int64
+}
+
+func (c *countingTransport) Transfer(_ context.Context, _ PeerID, _ []Op, res []OpResult) error {
+	FillResults(res, nil)
+	c.n.Add(1)
+	return nil
+}
+
+// TestBatchStopsRunningBeforeItsCompletion: a batch no longer counts as
+// running once its completion can be seen. The host may submit its next
+// batch the moment it sees one; a claim that still counted the last
+// would take a lone batch for a concurrent one (alone). A full CQ holds
+// the batch's completion back, so the order is observable: with the CQ
+// full the batch has already left running.
+func TestBatchStopsRunningBeforeItsCompletion(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	l := ring.Layout{SQEntries: 32, CQEntries: 4, SlotSize: 4096, ArenaSlots: 4}
+	seg, err := shm.NewLazy("ringtest", l.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := ring.Attach(seg.Bytes(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.WriteHeader()
+	served, err := ring.Attach(seg.Bytes(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &countingTransport{}
+	s := newRingServer(tr, zaptest.NewLogger(t), seg, served, errdefs.KindNames(), nil)
+	t.Cleanup(s.stop)
+	submit := func(id uint64) {
+		tail := host.Load(ring.SQTail)
+		ring.PutSub(host.Sub(tail), ring.Sub{Op: ring.OpBatch, NOps: 1, ID: id, Peer: 1, Area: 0})
+		host.Store(ring.SQTail, tail+1)
+		host.NotifySQ()
+	}
+	running := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.running)
+	}
+	// Fill the CQ: completions the host does not consume.
+	for id := uint64(1); id <= uint64(l.CQEntries); id++ {
+		submit(id)
+	}
+	testbin.Eventually(t, "a full CQ", func() bool { return host.Load(ring.CQTail) == l.CQEntries })
+	last := uint64(l.CQEntries) + 1
+	submit(last)
+	testbin.Eventually(t, "the last batch to run", func() bool { return tr.n.Load() == int64(last) })
+	testbin.Eventually(t, "the last batch, done but unpublished, to leave running", func() bool { return running() == 0 })
+	if got := host.Load(ring.CQTail); got != l.CQEntries {
+		t.Fatalf("CQ tail %d with the CQ full (head 0, %d entries)", got, l.CQEntries)
+	}
+	host.Store(ring.CQHead, l.CQEntries) // the host reads them: room for the last
+	testbin.Eventually(t, "the last batch's completion", func() bool { return host.Load(ring.CQTail) == l.CQEntries+1 })
+	if c := ring.GetComp(host.Comp(l.CQEntries)); c.ID != last || c.Flags&ring.FlagBatchError != 0 {
+		t.Fatalf("completion %+v, want batch %d done", c, last)
 	}
 }
