@@ -83,6 +83,16 @@ func IsP2P(s string) bool { return strings.TrimSpace(s) == P2P }
 // P2PHANDSHAKE is not a service and is an error here (see IsP2P). Errors
 // are *ParseError.
 func Parse(s string) (Target, error) {
+	t, err := parse(s)
+	if err == nil && len(t.format(false)) > maxURL {
+		// Bytes a URL escapes (in a path or a password) take three
+		// each: the target written back must parse too.
+		return Target{}, &ParseError{Value: redactString(s), Reason: fmt.Sprintf("longer than %d bytes once percent-escaped", maxURL)}
+	}
+	return t, err
+}
+
+func parse(s string) (Target, error) {
 	raw := s
 	s = strings.TrimSpace(s)
 	bad := func(reason string) (Target, error) {
@@ -170,6 +180,11 @@ func checkHostPort(hp string, needPort bool) string {
 	}
 	if host == "" {
 		return "no host"
+	}
+	for i := 0; i < len(host); i++ {
+		if host[i] >= 0x80 {
+			return fmt.Sprintf("host %q is not ASCII (write an internationalised name in its xn-- form)", host)
+		}
 	}
 	if strings.ContainsAny(host, " ,;/\\@?#%\"'{}[]") {
 		return fmt.Sprintf("host %q is not a host name or IP address", host)

@@ -73,6 +73,10 @@ func TestParseErrors(t *testing.T) {
 		{"etcd://a:1\x00", "control character"},
 		{"redis://:pw@h:70000", `port "70000"`},
 		{strings.Repeat("a", 5000), "longer than"},
+		{"http://h\xc3\xa9:1/m", `host "hé" is not ASCII`},
+		{"etcd://\xff:2379", `is not ASCII`},
+		{"http://h/" + strings.Repeat("\xff", 2000), "longer than 4096 bytes once percent-escaped"},
+		{"redis://u:" + strings.Repeat(":", 1400) + "@h", "once percent-escaped"}, // a password's colons are escaped
 	}
 	for _, tt := range tests {
 		_, err := Parse(tt.in)
