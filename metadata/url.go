@@ -28,7 +28,8 @@ const (
 const Allowed = "P2PHANDSHAKE, etcd://host:port[,host:port...], a bare host:port[,host:port...] (etcd, as in Mooncake), " +
 	"http://host:port/path, https://host:port/path, redis://[user:password@]host:port[/db] or rediss://[user:password@]host:port[/db]"
 
-// maxURL bounds a connection string.
+// maxURL bounds a connection string, as given and as written back
+// (Target.String, percent-escaped).
 const maxURL = 4096
 
 // defaultRedisPort is used when a redis:// URL has no port.
@@ -78,7 +79,9 @@ func IsP2P(s string) bool { return strings.TrimSpace(s) == P2P }
 // etcd://host:port[,host:port...] (also ; between endpoints), a bare
 // host:port[,host:port...] (etcd), http:// and https:// URLs (Mooncake's
 // HTTP metadata protocol; the whole string is the URL prefix),
-// redis://[user:password@]host[:port][/db] and rediss:// (TLS). Errors
+// redis://[user:password@]host[:port][/db] and rediss:// (TLS). Hosts
+// are ASCII (an internationalised name in its xn-- form), and the string
+// is at most 4096 bytes, escaped or not. Errors
 // wrap errdefs.ErrInvalidArgument and name the value and what is allowed.
 // P2PHANDSHAKE is not a service and is an error here (see IsP2P). Errors
 // are *ParseError.
