@@ -37,6 +37,25 @@ func TestSleeperHandsOffWhileConcurrent(t *testing.T) {
 	}
 }
 
+// testRing maps a ring of layout l in a new segment: the host's view,
+// its header written, and the view a ring server serves (which closes
+// the segment when it stops).
+func testRing(t *testing.T, l ring.Layout) (seg *shm.Segment, host, served *ring.Shared) {
+	t.Helper()
+	seg, err := shm.NewLazy("ringtest", l.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, err = ring.Attach(seg.Bytes(), l); err != nil {
+		t.Fatal(err)
+	}
+	host.WriteHeader()
+	if served, err = ring.Attach(seg.Bytes(), l); err != nil {
+		t.Fatal(err)
+	}
+	return seg, host, served
+}
+
 // instantTransport completes every batch at once; the ring server calls
 // nothing else.
 type instantTransport struct{ Transport }
@@ -59,19 +78,7 @@ func TestSleeperWaitsOnTheDoorbellWhileConcurrent(t *testing.T) {
 	for _, withBell := range []bool{true, false} {
 		t.Run(fmt.Sprintf("doorbell=%v", withBell), func(t *testing.T) {
 			l := ring.Layout{SQEntries: 32, CQEntries: 16, SlotSize: 4096, ArenaSlots: 4}
-			seg, err := shm.NewLazy("ringtest", l.Size())
-			if err != nil {
-				t.Fatal(err)
-			}
-			host, err := ring.Attach(seg.Bytes(), l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			host.WriteHeader()
-			served, err := ring.Attach(seg.Bytes(), l)
-			if err != nil {
-				t.Fatal(err)
-			}
+			seg, host, served := testRing(t, l)
 			var bell *ring.Doorbell
 			if withBell {
 				hostBell, err := ring.NewDoorbell()
@@ -147,19 +154,7 @@ func TestBatchStopsRunningBeforeItsCompletion(t *testing.T) {
 		t.Skip("no rings on this platform (futexes are Linux's)")
 	}
 	l := ring.Layout{SQEntries: 32, CQEntries: 4, SlotSize: 4096, ArenaSlots: 4}
-	seg, err := shm.NewLazy("ringtest", l.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := ring.Attach(seg.Bytes(), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host.WriteHeader()
-	served, err := ring.Attach(seg.Bytes(), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seg, host, served := testRing(t, l)
 	tr := &countingTransport{}
 	s := newRingServer(tr, zaptest.NewLogger(t), seg, served, errdefs.KindNames(), nil)
 	t.Cleanup(s.stop)
