@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/regions"
@@ -204,9 +205,13 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk, dire
 		if err != nil {
 			break
 		}
+		sent := time.Now()
 		if ok, selfRead := c.enqueue(ctx, ch, direct); ok {
 			if selfRead {
-				c.readOwn(ctx)
+				if testAfterLoneWrite != nil {
+					testAfterLoneWrite()
+				}
+				c.readOwn(ctx, sent)
 			}
 			return
 		}

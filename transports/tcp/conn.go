@@ -157,8 +157,10 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 // reader goroutine if requests were sent behind it. ctx bounds the wait:
 // when it ends before a byte of the response came, the reader goroutine
 // takes over (the chunk stays outstanding, as any other a caller gave up
-// on); when it ends mid-response, the connection breaks.
-func (c *conn) readOwn(ctx context.Context) {
+// on); when it ends mid-response, the connection breaks. sent is when the
+// caller began sending the chunk: the wait its peer's Chooser observes
+// runs from there (lonespin.go).
+func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 	// Spin for the response first (lonespin.go), never past ctx's
 	// deadline, and not when the batch's completion is polled already;
 	// ctx's end stops the spin (set up before the hook below, which may
@@ -185,7 +187,7 @@ func (c *conn) readOwn(ctx context.Context) {
 	_, _, err := c.readOne(false)
 	c.fr.spinUntil = time.Time{}
 	if err == nil {
-		took := time.Since(start)
+		took := time.Since(sent)
 		c.p.rtt.Observe(took)
 		c.p.rtt.Took(took)
 	}
@@ -602,7 +604,7 @@ func (p *peer) close(err error) {
 		p.closed = err
 		if caught, slept := p.lone.caught.Load(), p.lone.slept.Load(); caught+slept > 0 {
 			p.t.log.Debug("tcp: lone ops' responses", zap.String("peer", p.name), zap.Uint64("caught_spinning", caught),
-				zap.Uint64("after_sleeping", slept), zap.Duration("typical_answer", p.rtt.Mean()))
+				zap.Uint64("after_sleeping", slept), zap.Duration("typical_answer", p.rtt.Mean()), zap.Any("choice", p.rtt.Choose.Choice()))
 		}
 	}
 	conns := p.conns

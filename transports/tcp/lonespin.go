@@ -25,6 +25,19 @@ import (
 // one.
 const maxLoneSpin = 100 * time.Microsecond
 
+// The wait the Chooser compares runs from the moment the caller began
+// sending its request, not from the start of its read. On a loaded
+// machine the caller is often descheduled in its write (the loopback
+// write wakes the peer, which takes the processor), and the answer is
+// there when its read starts: measured from there, spinning and sleeping
+// both looked like 3–4 µs waits where the ops took 40–65 µs, and the
+// Chooser's pick between them was blind (docs/DATAPATH.md, twenty-eighth
+// round). The spin's budget still starts with the read.
+//
+// testAfterLoneWrite, when set by a test, runs between a lone op's
+// write and its read: a caller descheduled there.
+var testAfterLoneWrite func()
+
 // EnvLoneSpin is the tuning knob fixing the lone op's spin: a Go
 // duration, or 0 for none (a measurement aid, like the rings' knobs).
 const EnvLoneSpin = "KVCONNECT_TCP_SPIN"
