@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
@@ -21,6 +22,7 @@ func mooncakeWrite(t *testing.T, ep string, addr uint64, p []byte) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(time.Minute)) // a WRITE no server takes fails, not hangs
 	var hb [mcwire.HeaderSize]byte
 	mcwire.Header{Size: uint64(len(p)), Addr: addr, Write: true, V2: true}.Encode(&hb)
 	if _, err := nc.Write(append(hb[:], p...)); err != nil {
@@ -58,5 +60,42 @@ func TestServersOutliveConnections(t *testing.T) {
 	// goroutine per connection would be 50.
 	if n := tr.servers.started.Load(); n > 5 {
 		t.Fatalf("%d server goroutines for %d connections one after another", n, conns)
+	}
+}
+
+// TestAcceptingGoesOnWhileServing: connections that are open and silent
+// (each holds a server waiting for its first header) do not keep the
+// next connection from being accepted and served: with 32 of them open,
+// a Mooncake WRITE on a new connection lands. A design that served a
+// connection on the goroutine that accepted it would have to pass the
+// accept role on first (docs/DATAPATH.md, twenty-eighth round).
+func TestAcceptingGoesOnWhileServing(t *testing.T) {
+	h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return New() }}
+	b := transporttest.NewNode(t, h, "b")
+	dst := b.Alloc(t, 4096, 0)
+	tr := b.T.(*Transport)
+	const silent = 32
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, nc := range held {
+			nc.Close()
+		}
+	})
+	for range silent {
+		nc, err := net.Dial("tcp", string(b.Endpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, nc)
+	}
+	p := []byte{9, 8, 7, 6}
+	mooncakeWrite(t, string(b.Endpoint), dst.Addr, p) // fails after a minute if no server takes it
+	if string(dst.Bytes[:4]) != string(p) {
+		t.Fatal("the WRITE beside silent connections did not land")
+	}
+	// Each silent connection holds a server of its own (the WRITE's
+	// connection came after them on the one listener).
+	if n := tr.servers.started.Load(); n < silent+1 {
+		t.Fatalf("%d servers started for %d silent connections and one WRITE", n, silent)
 	}
 }
