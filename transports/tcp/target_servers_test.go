@@ -37,16 +37,21 @@ func mooncakeWrite(t *testing.T, ep string, addr uint64, p []byte) {
 	}
 }
 
+// mooncakeTarget is a target node (the tcp transport in-process) with a
+// 4 KiB region for Mooncake WRITEs, and its transport.
+func mooncakeTarget(t *testing.T) (*transporttest.Node, *transporttest.Mem, *Transport) {
+	h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return New() }}
+	b := transporttest.NewNode(t, h, "b")
+	return b, b.Alloc(t, 4096, 0), b.T.(*Transport)
+}
+
 // TestServersOutliveConnections: connections that come one after another
 // (a Mooncake initiator with its pool off opens one per request) are
 // served by the same few goroutines, each waiting for the next
 // connection once its own ends, not by a new goroutine each; Close ends
 // the waiting ones (it waits for them).
 func TestServersOutliveConnections(t *testing.T) {
-	h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return New() }}
-	b := transporttest.NewNode(t, h, "b")
-	dst := b.Alloc(t, 4096, 0)
-	tr := b.T.(*Transport)
+	b, dst, tr := mooncakeTarget(t)
 	const conns = 50
 	for i := range conns {
 		p := []byte{byte(i), 1, 2, 3}
@@ -70,10 +75,7 @@ func TestServersOutliveConnections(t *testing.T) {
 // connection on the goroutine that accepted it would have to pass the
 // accept role on first (docs/DATAPATH.md, twenty-eighth round).
 func TestAcceptingGoesOnWhileServing(t *testing.T) {
-	h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return New() }}
-	b := transporttest.NewNode(t, h, "b")
-	dst := b.Alloc(t, 4096, 0)
-	tr := b.T.(*Transport)
+	b, dst, tr := mooncakeTarget(t)
 	const silent = 32
 	var held []net.Conn
 	t.Cleanup(func() {
