@@ -14,6 +14,7 @@ import (
 	"github.com/kvconnect/kvconnect/metadata"
 	"github.com/kvconnect/kvconnect/metrics"
 	"github.com/kvconnect/kvconnect/plugins"
+	"github.com/kvconnect/kvconnect/plugins/host"
 )
 
 // WithMetrics registers the node's Prometheus collectors on reg (package
@@ -197,6 +198,9 @@ func (c *Connector) metricsSnapshot() metrics.Snapshot {
 		}
 		if sr, ok := at.tr.(plugins.StatsReporter); ok {
 			ts.Stats = sr
+		}
+		if rs, ok := host.RingStatsOf(at.tr); ok {
+			ts.Ring = &metrics.RingState{Batches: rs.Batches, CaughtSpinning: rs.CaughtSpinning, Slept: rs.Slept, Spinning: rs.Spinning}
 		}
 		s.Transports = append(s.Transports, ts)
 	}

@@ -167,6 +167,7 @@ func TestMetricsBytesMatchOnBothNodes(t *testing.T) {
 			} else if _, found := fa.Get("kvconnect_plugin_up"); found {
 				t.Errorf("kvconnect_plugin_up for an in-process transport:\n%s", fa.Dump("kvconnect_plugin"))
 			}
+			wantRingMetrics(t, a, fa, 2)
 			if _, found := fa.Get("go_goroutines"); !found {
 				t.Error("the endpoint has no Go runtime metrics")
 			}
@@ -182,6 +183,34 @@ func TestMetricsBytesMatchOnBothNodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// wantRingMetrics checks the ring series of a node that ran batches
+// batches over tcp: all of them through its plugin's ring, and the host's
+// waits counted, when Status says batches take the ring; no ring series
+// otherwise (in-process, or rings off).
+func wantRingMetrics(t *testing.T, c *connector.Connector, f metricstest.Families, batches float64) {
+	t.Helper()
+	onRing := false
+	for _, ts := range c.Status().Transports {
+		if ts.Name == "tcp" && ts.DataPath == "ring" {
+			onRing = true
+		}
+	}
+	if !onRing {
+		wantNone(t, f, "kvconnect_ring_batches_total")
+		wantNone(t, f, "kvconnect_ring_host_spinning")
+		return
+	}
+	want(t, f, batches, "kvconnect_ring_batches_total", "transport", "tcp")
+	caught := f.Value("kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "caught_spinning")
+	slept := f.Value("kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "slept")
+	if caught+slept < 1 {
+		t.Errorf("the host's waits for %v ring batches: %v caught spinning, %v slept; want at least one\n%s", batches, caught, slept, f.Dump("kvconnect_ring"))
+	}
+	if _, found := f.Get("kvconnect_ring_host_spinning", "transport", "tcp"); !found {
+		t.Errorf("no kvconnect_ring_host_spinning for a plugin with a ring:\n%s", f.Dump("kvconnect_ring"))
 	}
 }
 

@@ -9,7 +9,8 @@
 // peers, regions, and what each transport served to peers
 // (plugins.StatsReporter, asked at scrape time with a short deadline; the
 // sums of plugin instances that died are kept, so served counts never go
-// back). Nothing is registered anywhere until Register, and never on the
+// back), and how batches reached each plugin through its shared-memory
+// ring (RingState, read from the host). Nothing is registered anywhere until Register, and never on the
 // default registry. docs/OBSERVABILITY.md lists every metric.
 //
 // The connector builds and registers a Node when metrics are on

@@ -41,6 +41,7 @@ type Node struct {
 	buildInfo         prometheus.Gauge
 
 	served servedTracker
+	ring   ringTracker
 
 	setsMu sync.RWMutex
 	sets   map[setKey]*transferSet
@@ -122,10 +123,14 @@ func (n *Node) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range metadataDescs {
 		ch <- d
 	}
+	for _, d := range ringDescs {
+		ch <- d
+	}
 }
 
 // Collect sends the node's metrics: the counters it recorded, its state
-// now (from Source) and what its transports served.
+// now (from Source), what its transports served and their plugins'
+// rings.
 func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range n.collectors() {
 		c.Collect(ch)
@@ -134,6 +139,7 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	collectState(ch, &snap)
 	collectMetadata(ch, snap.Metadata)
 	n.served.collect(ch, snap.Transports)
+	n.ring.collect(ch, snap.Transports)
 }
 
 // Register registers the node's collectors on reg (never the default

@@ -52,6 +52,9 @@ type TransportState struct {
 	Instance any
 	// Stats reports what it served, or is nil.
 	Stats plugins.StatsReporter
+	// Ring is what the host side of its plugin's shared-memory ring
+	// counted, or nil (in-process, or a plugin without a ring).
+	Ring *RingState
 }
 
 // PeerState is one open peer.
