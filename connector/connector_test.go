@@ -171,11 +171,15 @@ func testNoPayloadInGRPC(t *testing.T, rings bool) {
 	}
 	err = a.Transfer(ctx, peer, many...)
 	if rings {
-		if dp := a.Status().Transports[0].DataPath; dp != "ring" {
-			t.Fatalf("data path %q, want ring", dp)
+		st := a.Status().Transports[0]
+		if st.DataPath != "ring" {
+			t.Fatalf("data path %q, want ring", st.DataPath)
 		}
 		if err != nil {
 			t.Fatalf("a batch whose op list exceeds the gRPC cap, through the ring: %v", err)
+		}
+		if st.Ring == nil || st.Ring.Batches != 3 || st.Ring.CaughtSpinning+st.Ring.Slept == 0 {
+			t.Fatalf("the ring's counts in Status: %+v, want 3 batches and the host's waits for them", st.Ring)
 		}
 		return
 	}

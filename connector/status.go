@@ -25,6 +25,10 @@ type TransportStatus struct {
 	// queues, docs/DATAPATH.md) or "grpc" (a call per batch); empty
 	// in-process.
 	DataPath string `json:"data_path,omitempty"`
+	// Ring is what the host side of the plugin's ring counted since it
+	// opened (nil without one): batches through it, and the host's waits
+	// for completions, caught spinning or slept (docs/OBSERVABILITY.md).
+	Ring *host.RingStats `json:"ring,omitempty"`
 }
 
 // Status describes a running connector.
@@ -87,6 +91,9 @@ func (c *Connector) Status() Status {
 		if at.plugin != nil {
 			ts.PluginPID, ts.Plugin = at.plugin.Pid(), at.plugin.Path()
 			ts.DataPath = host.DataPath(at.plugin)
+			if rs, ok := host.RingStatsOf(at.plugin); ok {
+				ts.Ring = &rs
+			}
 		}
 		if at.crashed != nil {
 			ts.Problem = at.crashed.Error()

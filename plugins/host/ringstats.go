@@ -7,15 +7,16 @@ import "github.com/kvconnect/kvconnect/plugins"
 // metrics).
 type RingStats struct {
 	// Batches went to the plugin through the ring.
-	Batches uint64
+	Batches uint64 `json:"batches"`
 	// CaughtSpinning and Slept count the host's waits for completions:
 	// ended by a spin that saw one come, or by sleeping on the ring's
 	// futex.
-	CaughtSpinning, Slept uint64
+	CaughtSpinning uint64 `json:"caught_spinning"`
+	Slept          uint64 `json:"slept"`
 	// Spinning says the host's waits spin: the way its spin.Chooser
 	// keeps (not the one it may be trying for an epoch), or the fixed
 	// budget of KVCONNECT_RING_HOST_SPIN.
-	Spinning bool
+	Spinning bool `json:"spinning"`
 }
 
 // RingStatsOf returns what t's ring counted, and false when t has no
