@@ -700,15 +700,7 @@ func (rc *ringClient) allocLocked(n int) int {
 // stopped after a protocol error), or "" when t is not served by this
 // package (an in-process transport).
 func DataPath(t plugins.Transport) string {
-	var c *grpcClient
-	switch v := t.(type) {
-	case *Plugin:
-		c = v.grpcClient
-	case *inMemory:
-		c = v.grpcClient
-	default:
-		return ""
-	}
+	c := clientOf(t)
 	if c == nil {
 		return ""
 	}
@@ -716,4 +708,16 @@ func DataPath(t plugins.Transport) string {
 		return "ring"
 	}
 	return "grpc"
+}
+
+// clientOf is the gRPC client behind t, or nil when t is not served by
+// this package.
+func clientOf(t plugins.Transport) *grpcClient {
+	switch v := t.(type) {
+	case *Plugin:
+		return v.grpcClient
+	case *inMemory:
+		return v.grpcClient
+	}
+	return nil
 }

@@ -23,13 +23,7 @@ type RingStats struct {
 // ring: an in-process transport, or a plugin whose ring never opened
 // (rings off or unsupported). A ring that stopped keeps its counts.
 func RingStatsOf(t plugins.Transport) (RingStats, bool) {
-	var c *grpcClient
-	switch v := t.(type) {
-	case *Plugin:
-		c = v.grpcClient
-	case *inMemory:
-		c = v.grpcClient
-	}
+	c := clientOf(t)
 	if c == nil {
 		return RingStats{}, false
 	}
