@@ -395,6 +395,13 @@ func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {
 		}
 		fmt.Fprintf(out, "  waiting        %s per batch runnable but not running; vCPUs idle %.0f %% of the time\n", wait, 100*r.VCPUIdle)
 	}
+	if g := r.Ring; g != nil {
+		way := "sleeping"
+		if g.Spinning {
+			way = "spinning"
+		}
+		fmt.Fprintf(out, "  ring           %d batches; the host's waits: %d caught spinning, %d slept; %s at the end\n", g.Batches, g.CaughtSpinning, g.Slept, way)
+	}
 	if r.Verify != nil {
 		fmt.Fprintf(out, "  verify         %s\n", describeVerify(*r.Verify))
 	}

@@ -433,6 +433,15 @@ func TestPairVerify(t *testing.T) {
 	if res.Transport != "tcp" || res.Mode != "plugin" || blocks.Total() < 8 || blocks.Total() > 64 {
 		t.Fatalf("transport %s mode %s blocks %s", res.Transport, res.Mode, blocks)
 	}
+	// The measured batches, and only they, show in the ring's counts (the
+	// verifier's batches before the run do not).
+	if p.Initiator.C.Status().Transports[0].DataPath == "ring" {
+		if g := res.Ring; g == nil || g.Batches != res.Batches || g.CaughtSpinning+g.Slept == 0 {
+			t.Fatalf("ring counts %+v for %d measured batches", g, res.Batches)
+		}
+	} else if res.Ring != nil {
+		t.Fatalf("ring counts %+v without a ring", res.Ring)
+	}
 	r, err := v.Check(ctx, blocks)
 	if err != nil || !r.OK || r.Checked != blocks.Total() {
 		t.Fatalf("verify WRITE: %+v, %v", r, err)

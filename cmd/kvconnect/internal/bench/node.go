@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/transports/tcp"
 	"github.com/kvconnect/kvconnect/units"
 )
@@ -67,6 +68,17 @@ func (n *Node) Close() error {
 		return nil
 	}
 	return n.C.Close()
+}
+
+// ringOf is what the ring of c's transport named transport counted so
+// far, nil without one.
+func ringOf(c *connector.Connector, transport string) *host.RingStats {
+	for _, t := range c.Status().Transports {
+		if t.Name == transport {
+			return t.Ring
+		}
+	}
+	return nil
 }
 
 // PluginPIDs are the node's transport plugin processes.
@@ -251,6 +263,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	}
 	warm := cnt.bytes.Load()
 	cnt.reset()
+	ringBefore := ringOf(c, in.Peer.Transport())
 	before, err := snapshotCPU(in.PIDs)
 	if err != nil {
 		return Result{}, nil, err
@@ -273,6 +286,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
+	ringAfter := ringOf(c, in.Peer.Transport())
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -284,6 +298,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 			r.Mode = t.Mode
 		}
 	}
+	r.Ring = ringSince(ringBefore, ringAfter)
 	r.HostCPU, r.PluginCPU = after.since(before)
 	r.HostSwitches, r.PluginSwitches = after.switchesSince(before)
 	hw, pw, idle := after.waitSince(before)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/plugins/host"
 	"github.com/kvconnect/kvconnect/units"
 )
 
@@ -148,6 +149,12 @@ type Result struct {
 	PluginRunDelay float64 `json:"plugin_run_delay_s"`
 	VCPUIdle       float64 `json:"vcpu_idle_share"`
 	hostWaitKnown  bool    // HostRunDelay was measured
+	// Ring is what the host side of the initiator's plugin ring counted
+	// in the measured interval (connector.TransportStatus.Ring), when
+	// batches took one: how the host waited for completions, and the
+	// way it kept at the end. It tells a run whose small ops slept from
+	// one that caught them spinning (docs/DATAPATH.md).
+	Ring *RingResult `json:"ring,omitempty"`
 	// Verify is set when --verify was given.
 	Verify *VerifyResult `json:"verify,omitempty"`
 	// Metrics is what the initiator's metrics endpoint counted after the
@@ -155,6 +162,24 @@ type Result struct {
 	Metrics *NodeMetrics `json:"metrics,omitempty"`
 
 	lat []time.Duration // the batch latencies, sorted (Run), for merging slices
+}
+
+// RingResult is a plugin ring's counts over a measured interval.
+type RingResult struct {
+	Batches        uint64 `json:"batches"`
+	CaughtSpinning uint64 `json:"caught_spinning"`
+	Slept          uint64 `json:"slept"`
+	Spinning       bool   `json:"spinning"` // at the end
+}
+
+// ringSince is the ring's counts from before to after, nil when the
+// transport has no ring at either end (or a new one: a plugin restart).
+func ringSince(before, after *host.RingStats) *RingResult {
+	if before == nil || after == nil || after.Batches < before.Batches || after.CaughtSpinning < before.CaughtSpinning || after.Slept < before.Slept {
+		return nil
+	}
+	return &RingResult{Batches: after.Batches - before.Batches, CaughtSpinning: after.CaughtSpinning - before.CaughtSpinning,
+		Slept: after.Slept - before.Slept, Spinning: after.Spinning}
 }
 
 // fill computes the derived fields.
