@@ -199,7 +199,7 @@ func (c *Connector) metricsSnapshot() metrics.Snapshot {
 		if sr, ok := at.tr.(plugins.StatsReporter); ok {
 			ts.Stats = sr
 		}
-		if rs, ok := host.RingStatsOf(at.tr); ok {
+		if rs, ok := host.RingStatsOf(at.plugin); ok {
 			ts.Ring = &metrics.RingState{Batches: rs.Batches, CaughtSpinning: rs.CaughtSpinning, Slept: rs.Slept, Spinning: rs.Spinning}
 		}
 		s.Transports = append(s.Transports, ts)

@@ -711,13 +711,17 @@ func DataPath(t plugins.Transport) string {
 }
 
 // clientOf is the gRPC client behind t, or nil when t is not served by
-// this package.
+// this package (or is a nil *Plugin: a connector's in-process transport).
 func clientOf(t plugins.Transport) *grpcClient {
 	switch v := t.(type) {
 	case *Plugin:
-		return v.grpcClient
+		if v != nil {
+			return v.grpcClient
+		}
 	case *inMemory:
-		return v.grpcClient
+		if v != nil {
+			return v.grpcClient
+		}
 	}
 	return nil
 }

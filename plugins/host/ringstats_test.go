@@ -1,0 +1,62 @@
+package host
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// TestRingStatsOf: a plugin's ring counts its batches (and only the ones
+// it carried: an empty batch goes over gRPC) and the host's waits for
+// them; transports without a ring report none, and a nil *Plugin (a
+// connector's in-process transport) neither panics nor reports.
+func TestRingStatsOf(t *testing.T) {
+	if _, ok := RingStatsOf((*Plugin)(nil)); ok {
+		t.Error("a nil *Plugin reports ring counts")
+	}
+	if dp := DataPath((*Plugin)(nil)); dp != "" {
+		t.Errorf("a nil *Plugin's data path %q", dp)
+	}
+	if _, ok := RingStatsOf(newBlocking()); ok {
+		t.Error("a transport not served by this package reports ring counts")
+	}
+	if !ring.Supported {
+		t.Skip("rings need Linux futexes")
+	}
+	m := inMemoryRing(t, newBlocking())
+	if st, ok := RingStatsOf(m); !ok || st.Batches != 0 || st.CaughtSpinning+st.Slept != 0 || !st.Spinning {
+		t.Fatalf("a new ring: %+v (%v), want no batches and spinning (a Chooser's first way)", st, ok)
+	}
+	const n = 5
+	for range n {
+		res := make([]plugins.OpResult, 3)
+		if err := m.Transfer(context.Background(), 1, ops(3), res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Transfer(context.Background(), 1, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := RingStatsOf(m)
+	if !ok || st.Batches != n || st.CaughtSpinning+st.Slept < 1 {
+		t.Fatalf("after %d batches through the ring and an empty one: %+v (%v)", n, st, ok)
+	}
+
+	t.Setenv(pluginrpc.EnvRings, "0")
+	p, err := InMemory(newBlocking(), "ringtest", zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if _, err := p.(*inMemory).Init(context.Background(), plugins.InitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := RingStatsOf(p); ok {
+		t.Fatalf("rings off, yet ring counts %+v", st)
+	}
+}
