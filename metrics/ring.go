@@ -14,10 +14,10 @@ type RingState struct {
 	// Batches went to the plugin through the ring. The others (larger
 	// than its arena, or sent after it broke) went over gRPC.
 	Batches uint64
-	// CaughtSpinning and Slept count the host's waits for completions:
-	// ended by a spin that saw one come, or by sleeping on the ring's
-	// futex until the plugin woke it (a wait may see several batches
-	// complete).
+	// CaughtSpinning counts the host's spins for completions that saw
+	// one come; Slept its sleeps on the ring's futex instead (each
+	// bounded, so a wait for a long batch may sleep several times; a
+	// sleep may end with several batches complete).
 	CaughtSpinning, Slept uint64
 	// Spinning says the host's waits spin now: its spin.Chooser found
 	// spinning faster than sleeping on this machine and load. False:
@@ -30,7 +30,7 @@ var (
 		"Batches the host sent to the transport's plugin through its shared-memory ring (the rest went over gRPC), by transport; across plugin restarts.",
 		"transport")
 	ringWaitsDesc = desc("kvconnect_ring_host_waits_total",
-		"The host's waits for completions from the plugin's ring, by transport and outcome: caught_spinning (a spin saw the completion come) or slept (the plugin had to wake the host); across plugin restarts.",
+		"The host's waits for completions from the plugin's ring, by transport and outcome: caught_spinning (a spin saw a completion come) or slept (a sleep on the ring's futex: the plugin wakes the host, or a long batch's wait sleeps again); across plugin restarts.",
 		"transport", "outcome")
 	ringSpinningDesc = desc("kvconnect_ring_host_spinning",
 		"1 while the host spins waiting for the plugin ring's completions (it measured spinning faster on this machine and load), 0 while it sleeps at once; by transport, for plugins with a ring.",

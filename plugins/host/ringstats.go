@@ -8,9 +8,10 @@ import "github.com/kvconnect/kvconnect/plugins"
 type RingStats struct {
 	// Batches went to the plugin through the ring.
 	Batches uint64 `json:"batches"`
-	// CaughtSpinning and Slept count the host's waits for completions:
-	// ended by a spin that saw one come, or by sleeping on the ring's
-	// futex.
+	// CaughtSpinning counts the host's spins for completions that saw
+	// one come; Slept its sleeps on the ring's futex instead (each
+	// bounded by ringSleep, so a wait for a long batch sleeps several
+	// times).
 	CaughtSpinning uint64 `json:"caught_spinning"`
 	Slept          uint64 `json:"slept"`
 	// Spinning says the host's waits spin: the way its spin.Chooser
