@@ -187,9 +187,9 @@ func TestMetricsBytesMatchOnBothNodes(t *testing.T) {
 }
 
 // wantRingMetrics checks the ring series of a node that ran batches
-// batches over tcp: all of them through its plugin's ring, and the host's
-// waits counted, when Status says batches take the ring; no ring series
-// otherwise (in-process, or rings off).
+// batches over tcp: all of them through its plugin's ring, and the
+// host's waits and way shown, when Status says batches take the ring; no
+// ring series otherwise (in-process, or rings off).
 func wantRingMetrics(t *testing.T, c *connector.Connector, f metricstest.Families, batches float64) {
 	t.Helper()
 	onRing := false
@@ -204,13 +204,16 @@ func wantRingMetrics(t *testing.T, c *connector.Connector, f metricstest.Familie
 		return
 	}
 	want(t, f, batches, "kvconnect_ring_batches_total", "transport", "tcp")
-	caught := f.Value("kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "caught_spinning")
-	slept := f.Value("kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "slept")
-	if caught+slept < 1 {
-		t.Errorf("the host's waits for %v ring batches: %v caught spinning, %v slept; want at least one\n%s", batches, caught, slept, f.Dump("kvconnect_ring"))
-	}
-	if _, found := f.Get("kvconnect_ring_host_spinning", "transport", "tcp"); !found {
-		t.Errorf("no kvconnect_ring_host_spinning for a plugin with a ring:\n%s", f.Dump("kvconnect_ring"))
+	// How many waits spun or slept depends on the scheduler (a completion
+	// already there when the host looks is neither): the series show.
+	for _, s := range [][]string{
+		{"kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "caught_spinning"},
+		{"kvconnect_ring_host_waits_total", "transport", "tcp", "outcome", "slept"},
+		{"kvconnect_ring_host_spinning", "transport", "tcp"},
+	} {
+		if _, found := f.Get(s[0], s[1:]...); !found {
+			t.Errorf("no %s%v for a plugin with a ring:\n%s", s[0], s[1:], f.Dump("kvconnect_ring"))
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
@@ -28,7 +29,9 @@ func TestRingStatsOf(t *testing.T) {
 	if !ring.Supported {
 		t.Skip("rings need Linux futexes")
 	}
-	m := inMemoryRing(t, newBlocking())
+	t.Setenv(ring.EnvHostSpin, "") // the Chooser decides, as by default
+	b := newBlocking()
+	m := inMemoryRing(t, b)
 	if st, ok := RingStatsOf(m); !ok || st.Batches != 0 || st.CaughtSpinning+st.Slept != 0 || !st.Spinning {
 		t.Fatalf("a new ring: %+v (%v), want no batches and spinning (a Chooser's first way)", st, ok)
 	}
@@ -42,9 +45,25 @@ func TestRingStatsOf(t *testing.T) {
 	if err := m.Transfer(context.Background(), 1, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, ok := RingStatsOf(m)
-	if !ok || st.Batches != n || st.CaughtSpinning+st.Slept < 1 {
+	if st, ok := RingStatsOf(m); !ok || st.Batches != n {
 		t.Fatalf("after %d batches through the ring and an empty one: %+v (%v)", n, st, ok)
+	}
+	// A batch the plugin holds: the host's spin runs out and it sleeps,
+	// which counts, before the batch is let go. (Whether a wait spins or
+	// sleeps otherwise depends on the scheduler: a completion already
+	// there when the host first looks counts as neither.)
+	done := make(chan error, 1)
+	go func() { done <- m.Transfer(context.Background(), 7, ops(1), make([]plugins.OpResult, 1)) }()
+	testbin.Eventually(t, "the host sleeping on a held batch", func() bool {
+		st, _ := RingStatsOf(m)
+		return st.Slept > 0
+	})
+	close(b.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := RingStatsOf(m); st.Batches != n+1 {
+		t.Fatalf("after the held batch: %+v, want %d batches", st, n+1)
 	}
 
 	t.Setenv(pluginrpc.EnvRings, "0")
