@@ -17,7 +17,8 @@ type RingState struct {
 	// CaughtSpinning counts the host's spins for completions that saw
 	// one come; Slept its sleeps on the ring's futex instead (each
 	// bounded, so a wait for a long batch may sleep several times; a
-	// sleep may end with several batches complete).
+	// sleep may end with several batches complete; a completion already
+	// there when the host first looks counts as neither).
 	CaughtSpinning, Slept uint64
 	// Spinning says the host's waits spin now: its spin.Chooser found
 	// spinning faster than sleeping on this machine and load. False:
