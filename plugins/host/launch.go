@@ -75,6 +75,18 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			Err:   fmt.Errorf("%w: %w: %w", errdefs.ErrUnavailable, errdefs.ErrPluginStart, err),
 		}
 	}
+	base, err := socketDirs.acquire()
+	if err != nil {
+		hostEnd.Close()
+		childEnd.Close()
+		code, name := errnoOf(err)
+		return nil, &errdefs.InitError{
+			Transport: cfg.Name, Step: errdefs.StepStartPlugin, NativeCode: code, NativeName: name,
+			Cause: fmt.Sprintf("cannot prepare to start %s: cannot create the directory for its socket: %v", path, err),
+			Hints: []string{fmt.Sprintf("the plugin's socket directory is created in the temporary directory %s: check that it exists, is writable and is not full (or point TMPDIR elsewhere)", os.TempDir())},
+			Err:   fmt.Errorf("%w: %w: %w", errdefs.ErrUnavailable, errdefs.ErrPluginStart, err),
+		}
+	}
 	cmd := exec.Command(path)
 	cmd.ExtraFiles = []*os.File{childEnd} // fd 3 in the child
 	bindToParent(cmd)
@@ -88,7 +100,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		maxMsg = cfg.GRPCMaxMessageSize
 	}
 	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))}
-	proc := &procRunner{ctx: ctx, cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: stderrTailMax}}
+	proc := &procRunner{ctx: ctx, cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: stderrTailMax}, socketBase: base}
 	log := cfg.Logger.Named("plugin." + cfg.Name)
 	goLog := pluginrpc.NewHCLogZap(cfg.Logger, "plugin."+cfg.Name)
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -104,6 +116,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			cmd.Env = append(append([]string{}, base.Env...), extraEnv...)
 			return proc, nil
 		},
+		// go-plugin's socket directory goes under this process's own
+		// (socketdir.go), so one that a crash leaves is found and removed.
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: base}, // "" (TMPDIR too long): TMPDIR
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           goLog,
 		Stderr:           proc.tail,

@@ -56,10 +56,22 @@ func newSegment(t *testing.T, size int) *shm.Segment {
 // isolate gives the test its own TMPDIR, so that go-plugin's socket
 // directories land where the test can check they are removed, and checks
 // at the end that no plugin process and no socket directory is left.
+//
+// The directory's path is short (not t.TempDir's, named after the test),
+// so that plugin sockets go under this process's own directory
+// (socketdir.go) as they do in /tmp: a longer TMPDIR makes the host fall
+// back to TMPDIR itself.
 func isolate(t *testing.T) {
 	t.Helper()
-	tmp := t.TempDir()
+	tmp, err := os.MkdirTemp("", "kvh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tmp)+len("/kvconnect-plugins.4194304.9999999999") > maxSocketBase {
+		t.Fatalf("the temporary directory %s is too long for the host's socket directory under it: set TMPDIR to a shorter one", tmp)
+	}
 	t.Setenv("TMPDIR", tmp)
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	t.Cleanup(func() {
 		assertNoChildren(t)
 		ents, err := os.ReadDir(tmp)

@@ -20,11 +20,15 @@ import (
 type procRunner struct {
 	ctx       context.Context
 	cmd       *exec.Cmd
-	socketDir string
-	stdout    *recorder
-	stderr    io.ReadCloser
-	tail      *tailBuffer
-	done      chan struct{} // closed once the process has been waited for
+	socketDir string // go-plugin's directory for the plugin's socket
+	// socketBase holds socketDir: this process's (socketdir.go), released
+	// once by removeSocketDir.
+	socketBase string
+	removeOnce sync.Once
+	stdout     *recorder
+	stderr     io.ReadCloser
+	tail       *tailBuffer
+	done       chan struct{} // closed once the process has been waited for
 
 	mu        sync.Mutex
 	attempted bool // go-plugin called Start
@@ -181,10 +185,16 @@ func (r *procRunner) waitState(d time.Duration) *os.ProcessState {
 	return r.state()
 }
 
+// removeSocketDir removes the plugin's socket directory (go-plugin
+// does too, except when the process never got an ID) and ends this
+// plugin's use of the process's base directory. Idempotent.
 func (r *procRunner) removeSocketDir() {
-	if r.socketDir != "" {
-		os.RemoveAll(r.socketDir)
-	}
+	r.removeOnce.Do(func() {
+		if r.socketDir != "" {
+			os.RemoveAll(r.socketDir)
+		}
+		socketDirs.release(r.socketBase)
+	})
 }
 
 // recorder passes a plugin's stdout to go-plugin and keeps its first max
