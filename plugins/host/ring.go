@@ -502,8 +502,16 @@ func (rc *ringClient) reap() {
 // until its budget after b's submission (at least pollSpin), then sleeps
 // on the CQ's futex.
 func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
-	stop := context.AfterFunc(ctx, func() { rc.r.Wake(ring.CQTail) })
-	defer stop()
+	// What wakes a sleep when ctx ends is registered before the first
+	// sleep, not here: a batch caught spinning, the usual small one,
+	// allocates nothing for it (context.AfterFunc: about 500 bytes and
+	// the context's Done channel).
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	yield := spin.MayYield(ctx)
 	over := func() bool {
 		rc.mu.Lock()
@@ -545,6 +553,9 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 			// yield is two thread hand-offs, spin.WithoutYield).
 			if yield {
 				rc.yield()
+			}
+			if stop == nil {
+				stop = context.AfterFunc(ctx, func() { rc.r.Wake(ring.CQTail) })
 			}
 			// Brief: handing the processor off (ring.Handoff) while batches
 			// were pending cost more switches and gained no GB/s
