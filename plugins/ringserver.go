@@ -29,7 +29,7 @@ import (
 // next spin miss too, and a run stayed in that state (4 KiB single
 // WRITE through the tcp plugin, AMD EPYC VM, 2 vCPUs: p50 38–111 µs
 // from run to run, against 36–40 µs spinning either way;
-// docs/DATAPATH.md, tenth round). The host wakes on the other
+// docs/DATAPATH-ROUNDS.md, tenth round). The host wakes on the other
 // processor, or preempts this spin, which then stops.
 const maxWorkerSpin = 50 * time.Microsecond
 

@@ -6,7 +6,7 @@
 // tables. On some virtual machines that is not enough: the kernel's own
 // first access to each page, from a read(2) or write(2) on a socket,
 // still costs a trap to the hypervisor. On the AMD EPYC VM of
-// docs/DATAPATH.md (a PVM guest, pti=on) it was about 6 µs per 4 KiB
+// docs/DATAPATH-ROUNDS.md (a PVM guest, pti=on) it was about 6 µs per 4 KiB
 // page and process, so the first pass of a tcp transport over a fresh
 // 512 MiB region ran at 0.3 GB/s where the next ran at 3.5 (each op's
 // bytes are a page first used on both sides), and touching every page from

@@ -17,7 +17,7 @@ import (
 
 // Doorbell is an eventfd the host rings and the plugin's SQ sleeper
 // waits on through the Go runtime's network poller, while batches come
-// concurrently (SQBell; docs/DATAPATH.md, twentieth round). A futex
+// concurrently (SQBell; docs/DATAPATH-ROUNDS.md, twentieth round). A futex
 // sleep goes through the runtime's system-call path, and leaving it
 // while the process was idle wakes the runtime's monitor (sysmon), which
 // then polls every 20 µs for a millisecond, each poll a context switch:

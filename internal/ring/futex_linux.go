@@ -48,7 +48,7 @@ func futexWait(addr *uint32, val uint32, d time.Duration, how Wait) {
 // would wake the runtime's monitor thread (sysmon) whenever that slept
 // deeply, restarting its 20 µs polling, each poll a thread wake-up that
 // preempts whatever ran on that vCPU: once per completion in a plugin
-// that posts them (docs/DATAPATH.md, nineteenth round).
+// that posts them (docs/DATAPATH-ROUNDS.md, nineteenth round).
 func futexWake(addr *uint32, n int) {
 	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(n), 0, 0, 0)
 }

@@ -18,7 +18,7 @@ const (
 	// monitor takes a processor back from a sleeper it returns to
 	// polling every 20 µs, each poll a context switch: on a VM with two
 	// vCPUs the plugin processes switched 20–21 times per 64 KiB batch
-	// with Brief, 14–16 with Handoff (docs/DATAPATH.md, fifteenth round).
+	// with Brief, 14–16 with Handoff (docs/DATAPATH-ROUNDS.md, fifteenth round).
 	// A lone small op pays more for finding a processor again than it
 	// saves: 4 KiB single ops through a plugin whose sleeper always
 	// handed off ran 14–24 % fewer ops per second there.

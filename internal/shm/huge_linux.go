@@ -15,7 +15,7 @@ import (
 // AMD EPYC VM (2 vCPUs) one 4 KiB WRITE between two processes took
 // 50.5 µs through the tcp plugin and 37.5 µs in-process with 512 MiB
 // regions, 36.4 and 31.5 µs once the same regions were in 2 MiB pages
-// (docs/DATAPATH.md, eleventh round).
+// (docs/DATAPATH-ROUNDS.md, eleventh round).
 //
 // A memfd is shmem, whose huge pages the administrator allows in
 // /sys/kernel/mm/transparent_hugepage/shmem_enabled: "always" and

@@ -16,7 +16,7 @@ import (
 // stayed asleep, one op in two or three paying those wake-ups (4 KiB
 // single op through the tcp plugin, Intel Xeon VM, 2 vCPUs: a p50 of
 // 18–113 µs from run to run against 14–16 µs with the host's spin fixed
-// at 100 µs; docs/DATAPATH.md, eighth round).
+// at 100 µs; docs/DATAPATH-ROUNDS.md, eighth round).
 //
 // What decides whether spinning pays is how often a spin catches its
 // wait, and that has to be measured on spins that could have: a wait

@@ -35,7 +35,7 @@ import (
 // comparing against that one epoch made the Chooser switch to sleeping,
 // which is slower there (100–150 µs), and stay for up to a second or
 // more, because a try of spinning from the packed placement sleeping
-// leaves looks slow too (docs/DATAPATH.md, twelfth round). After a
+// leaves looks slow too (docs/DATAPATH-ROUNDS.md, twelfth round). After a
 // switch the way's record starts from the epoch that won it.
 const (
 	chooseEpoch  = 64

@@ -26,12 +26,12 @@ import (
 // after its batch went in before it sleeps on the CQ's futex, so the
 // plugin rarely needs to wake the host, while spinning pays: a
 // spin.Chooser compares epochs of spinning and of sleeping by the round
-// trips the host saw (docs/DATAPATH.md, eighth round). It always spins
+// trips the host saw (docs/DATAPATH-ROUNDS.md, eighth round). It always spins
 // at least pollSpin. A spin that finds it was descheduled goes on to its
 // budget (spin.KeepOnPreempt): on a 2-vCPU machine what preempts the
 // host is mostly its own plugin or the peer doing the batch, and a host
 // that slept then cost the plugin a wake-up for the completion and, in
-// turn, a missed spin for the next submission (docs/DATAPATH.md, tenth
+// turn, a missed spin for the next submission (docs/DATAPATH-ROUNDS.md, tenth
 // round).
 const (
 	pollSpin    = 5 * time.Microsecond
@@ -559,7 +559,7 @@ func (rc *ringClient) poll(ctx context.Context, b *ringBatch) {
 			}
 			// Brief: handing the processor off (ring.Handoff) while batches
 			// were pending cost more switches and gained no GB/s
-			// (DATAPATH.md, fifteenth round).
+			// (DATAPATH-ROUNDS.md, fifteenth round).
 			rc.r.Sleep(ring.CQTail, seen, ring.CQIdle, func() bool { return ctx.Err() != nil || !rc.usable() }, ringSleep, ring.Brief)
 			if rc.r.Load(ring.CQTail) != seen {
 				rc.stats.woken.Add(1)

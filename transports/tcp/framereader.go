@@ -184,7 +184,7 @@ const maxReadv = 64
 // room a read made only once the read returns, so a reader that drains
 // megabytes per call leaves the sender waiting meanwhile: 256 KiB cut a
 // 16 KiB WRITE stream's target to a fifth of the system calls and no
-// longer stalled the sender (docs/DATAPATH.md, twenty-fourth round).
+// longer stalled the sender (docs/DATAPATH-ROUNDS.md, twenty-fourth round).
 const maxReadvBytes = 256 << 10
 
 // group reads the header table of the group g announces and decodes it

@@ -14,7 +14,7 @@ const (
 	// larger payloads go to the socket straight from region memory. At
 	// 16 KiB (vLLM's smaller blocks) the copy cost more than the iovec it
 	// saves: 16 KiB x 128 x 4 WRITE through the plugin, same run,
-	// 1.19/1.27/1.18 GB/s copying, 1.32/1.46/1.37 not (docs/DATAPATH.md).
+	// 1.19/1.27/1.18 GB/s copying, 1.32/1.46/1.37 not (docs/DATAPATH-ROUNDS.md).
 	smallPayload = 4 << 10
 	// maxPendingBytes and maxPendingPieces bound what a frameWriter holds
 	// before it writes on its own.

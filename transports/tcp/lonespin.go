@@ -14,7 +14,7 @@ import (
 // virtual machine whose idle processor halts that wake-up can cost more
 // than the round trip: 4 KiB single WRITE, nodes in two processes,
 // Intel Xeon VM, p50 44–53 µs sleeping against 16–31 µs polling
-// (docs/DATAPATH.md, sixth round). A spin stops when the spinner finds
+// (docs/DATAPATH-ROUNDS.md, sixth round). A spin stops when the spinner finds
 // it was descheduled; whether to spin at all on a busy machine is the
 // Chooser's measure (eighth round). Only lone ops spin: a batch's
 // responses are read by the connection's reader goroutine, which has
@@ -31,7 +31,7 @@ const maxLoneSpin = 100 * time.Microsecond
 // write wakes the peer, which takes the processor), and the answer is
 // there when its read starts: measured from there, spinning and sleeping
 // both looked like 3–4 µs waits where the ops took 40–65 µs, and the
-// Chooser's pick between them was blind (docs/DATAPATH.md, twenty-eighth
+// Chooser's pick between them was blind (docs/DATAPATH-ROUNDS.md, twenty-eighth
 // round). The spin's budget still starts with the read.
 //
 // testAfterLoneWrite, when set by a test, runs between a lone op's

@@ -115,7 +115,7 @@ func (tc *targetConn) gaveUp(v2 bool) bool {
 // in the peer's own thread, its receive call processing our segments
 // too. A Mooncake initiator's one I/O thread spent a quarter of its time
 // so, beside a third copying, against a target that does not queue
-// ahead (docs/DATAPATH.md, eighteenth round). Limited, the target sends
+// ahead (docs/DATAPATH-ROUNDS.md, eighteenth round). Limited, the target sends
 // each piece itself when the window opens: more wake-ups here, fewer
 // cycles there. Only for a peer on this host: across a network the
 // kernel sends on acknowledgments in this host's own softirq, and on a

@@ -169,7 +169,7 @@ func (tc *targetConn) serve(raw *rawIO) {
 			// groups (fw.grouped); it does not: a burst of 64 KiB READs
 			// answered with groups measured slower in the suite than
 			// answered frame by frame, where the same change to WRITEs
-			// measured faster (docs/DATAPATH.md, twenty-fourth round).
+			// measured faster (docs/DATAPATH-ROUNDS.md, twenty-fourth round).
 		}
 		if h.Op == wire.OpGroup {
 			if !tc.group(fr, fw, &h, &sc, &gs) {

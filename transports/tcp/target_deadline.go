@@ -22,7 +22,7 @@ import (
 // Setting and clearing a deadline per op adds and deletes a runtime
 // timer, each often waking the network poller's thread to recompute its
 // sleep: on a 64 KiB WRITE stream that cost a tenth of the throughput
-// (docs/DATAPATH.md). One goroutine uses it (the connection's server).
+// (docs/DATAPATH-ROUNDS.md). One goroutine uses it (the connection's server).
 type connDeadlines struct {
 	read, write time.Time // zero when not set
 }

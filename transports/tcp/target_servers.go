@@ -14,7 +14,7 @@ const maxIdleServers = 1024
 // where a goroutine per connection started small and grew on each: a
 // Mooncake initiator with its connection pool off (its default) opens one
 // per request, and goroutine start, stack growth and exit were about a
-// tenth of such a target's CPU (docs/DATAPATH.md). Waiting servers cost
+// tenth of such a target's CPU (docs/DATAPATH-ROUNDS.md). Waiting servers cost
 // no CPU; they end on Close.
 type servers struct {
 	handoff chan *targetConn // unbuffered: a send succeeds only to a waiting server

@@ -73,7 +73,7 @@ func TestServersOutliveConnections(t *testing.T) {
 // next connection from being accepted and served: with 32 of them open,
 // a Mooncake WRITE on a new connection lands. A design that served a
 // connection on the goroutine that accepted it would have to pass the
-// accept role on first (docs/DATAPATH.md, twenty-eighth round).
+// accept role on first (docs/DATAPATH-ROUNDS.md, twenty-eighth round).
 func TestAcceptingGoesOnWhileServing(t *testing.T) {
 	b, dst, tr := mooncakeTarget(t)
 	const silent = 32

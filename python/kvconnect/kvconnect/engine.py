@@ -35,7 +35,7 @@ _WAIT_SLICE_MS = 200
 # A sync transfer of at most this many bytes in all runs on the calling
 # thread (kvc_transfer_sync: nothing handed to another thread, the
 # fastest path: a 128 x 64 KiB batch, vLLM's usual, took 60-70 us less
-# than submitting it and waiting, docs/DATAPATH.md, twenty-first round);
+# than submitting it and waiting, docs/DATAPATH-ROUNDS.md, twenty-first round);
 # Ctrl-C during one takes effect when it returns: at once on a healthy
 # link (16 MiB is 4 ms at 4 GB/s, 130 ms at 1 Gbit/s), on a hung peer
 # within its transfer timeout. A larger one is submitted and waited for
@@ -413,7 +413,7 @@ class TransferEngine:
         Lists of ints (or of objects with __index__: numpy's integers,
         torch's data_ptr()) are packed by array.array in C, about 10 us
         for 3 x 128 entries against 40-70 us for ctypes' per-element
-        conversion (docs/DATAPATH.md, twenty-first round); anything else
+        conversion (docs/DATAPATH-ROUNDS.md, twenty-first round); anything else
         (floats, numeric strings, negative numbers) takes int() on each
         element, as it always did."""
         # An iterator (a generator) is read once, into a list, so the

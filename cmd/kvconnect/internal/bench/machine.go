@@ -129,7 +129,7 @@ func pageSetting() string {
 	case !ok:
 		return ""
 	case huge:
-		return fmt.Sprintf("2 MiB for regions and the raw baseline's buffers (%s is %s; docs/DATAPATH.md, eleventh round)", shm.ShmemHugeFile, setting)
+		return fmt.Sprintf("2 MiB for regions and the raw baseline's buffers (%s is %s; docs/DATAPATH-ROUNDS.md, eleventh round)", shm.ShmemHugeFile, setting)
 	}
-	return fmt.Sprintf("4 KiB for regions and the raw baseline's buffers (%s is %s; `echo advise >` it gives both 2 MiB pages; docs/DATAPATH.md, eleventh round)", shm.ShmemHugeFile, setting)
+	return fmt.Sprintf("4 KiB for regions and the raw baseline's buffers (%s is %s; `echo advise >` it gives both 2 MiB pages; docs/DATAPATH-ROUNDS.md, eleventh round)", shm.ShmemHugeFile, setting)
 }

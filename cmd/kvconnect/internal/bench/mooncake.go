@@ -179,7 +179,7 @@ type mooncakeInitiator struct {
 // Each run is a new initiator process whose buffer is touched for the
 // first time during the run: at 1 MiB its batches cover all 512 MiB of
 // it, and on the AMD EPYC VM each thread's first batch took about 5 s
-// against 0.6 s for the next (docs/DATAPATH.md, eighteenth round). The
+// against 0.6 s for the next (docs/DATAPATH-ROUNDS.md, eighteenth round). The
 // short run's rate is then the first pass's, so the longer run lasts
 // mooncakeMaxSecs, of which 20 s leaves the steady state about three
 // quarters (8 s left it about half). Workloads whose batches touch
@@ -187,7 +187,7 @@ type mooncakeInitiator struct {
 // stretched.
 //
 // The suite's runs last at least mooncakeMinSecs. Mooncake's initiator
-// waits for its ops by polling in every worker thread (docs/DATAPATH.md,
+// waits for its ops by polling in every worker thread (docs/DATAPATH-ROUNDS.md,
 // sixteenth round), so on a machine with fewer cores than its threads
 // plus the target's, a run measures how the scheduler shared the cores
 // while it lasted: pooled 16 KiB WRITE runs of 1 s against one target

@@ -16,7 +16,7 @@ import (
 // comparison issue 7 had. In that one the in-process baseline never
 // leaves its process and keeps both vCPUs busy, where every variant
 // whose data crosses processes leaves some idle (raw Go TCP too), so it
-// says more about the machine than about the plugin (docs/DATAPATH.md,
+// says more about the machine than about the plugin (docs/DATAPATH-ROUNDS.md,
 // twenty-sixth round); the loopback single-op target is kept for
 // reference the same way.
 var targets = []struct {
@@ -78,12 +78,12 @@ func (res *SuiteResult) WriteMarkdown(w io.Writer, withMachine bool) {
 			p("- Pages: %s\n", m.Pages)
 		}
 		if m.TCP != "" {
-			p("- TCP congestion control: %s (net.ipv4.tcp_congestion_control, every variant's sockets; on the AMD EPYC VM BBR's pacing on loopback cost raw Go TCP and kvconnect alike about a third of their throughput against cubic: docs/DATAPATH.md, seventeenth round)\n", m.TCP)
+			p("- TCP congestion control: %s (net.ipv4.tcp_congestion_control, every variant's sockets; on the AMD EPYC VM BBR's pacing on loopback cost raw Go TCP and kvconnect alike about a third of their throughput against cubic: docs/DATAPATH-ROUNDS.md, seventeenth round)\n", m.TCP)
 		}
 		p("- Date: %s (suite took %s)\n", m.Date, res.Elapsed)
 		own := ""
 		if res.ranMooncake() {
-			own = " The end's load is mostly the suite's own: Mooncake's initiator polls with every thread while its rows run (docs/DATAPATH.md, twenty-first round)."
+			own = " The end's load is mostly the suite's own: Mooncake's initiator polls with every thread while its rows run (docs/DATAPATH-ROUNDS.md, twenty-first round)."
 		}
 		p("- Load average (1/5/15 min): %s at the start, %s at the end.%s The machine may be shared and its speed drifts, which is why every number is a median over rounds and each ratio pairs measurements of the same round.\n\n", m.LoadStart, m.LoadEnd, own)
 		p("## How to reproduce\n\n```sh\nmake bench BENCH_ROUNDS=%d\n# which runs\n%s\n```\n\n", res.Rounds, res.Command)

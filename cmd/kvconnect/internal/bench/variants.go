@@ -29,7 +29,7 @@ const (
 	// pair started as VariantTCPPlugin is, that runs only in that
 	// comparison, so both pairs sit as idle between rounds (a pair that
 	// has just run the other workloads is faster in its next second than
-	// one that has not: docs/DATAPATH.md, sixteenth round).
+	// one that has not: docs/DATAPATH-ROUNDS.md, sixteenth round).
 	VariantTCPMetricsOff = "tcp plugin, metrics off"
 	VariantTCPInProc     = "tcp in-process"
 	// The two-process variants: the initiator node in this process, the

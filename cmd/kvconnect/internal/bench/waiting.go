@@ -16,7 +16,7 @@ import (
 // on a busy vCPU while another idles: on the AMD EPYC VM, whose kernel
 // packs wake-ups onto the vCPU that is awake (sched_vcpu_pack), a 64 KiB
 // run through the tcp plugin had a thread waiting for a CPU during 92 %
-// of the time one vCPU was idle (docs/DATAPATH.md, nineteenth round).
+// of the time one vCPU was idle (docs/DATAPATH-ROUNDS.md, nineteenth round).
 
 // processRunDelay is the time the threads of process pid have spent
 // runnable but waiting for a CPU so far, summed over

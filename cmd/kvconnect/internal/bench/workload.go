@@ -136,7 +136,7 @@ type Result struct {
 	// Context switches (voluntary and involuntary, every thread) in the
 	// measured interval, of the same processes as HostCPU and PluginCPU:
 	// each is a wake-up or a preemption, the cost that differs most
-	// between machine types (docs/DATAPATH.md, thirteenth round).
+	// between machine types (docs/DATAPATH-ROUNDS.md, thirteenth round).
 	HostSwitches   int64 `json:"host_context_switches"`
 	PluginSwitches int64 `json:"plugin_context_switches"`
 	// Seconds the threads of the same processes spent runnable but
@@ -153,7 +153,7 @@ type Result struct {
 	// in the measured interval (connector.TransportStatus.Ring), when
 	// batches took one: how the host waited for completions, and the
 	// way it kept at the end. It tells a run whose small ops slept from
-	// one that caught them spinning (docs/DATAPATH.md).
+	// one that caught them spinning (docs/DATAPATH-ROUNDS.md).
 	Ring *RingResult `json:"ring,omitempty"`
 	// Verify is set when --verify was given.
 	Verify *VerifyResult `json:"verify,omitempty"`
