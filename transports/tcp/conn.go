@@ -55,6 +55,15 @@ type conn struct {
 	gchs   []*chunk      // the chunks it answers
 	mems   [][]byte      // the READ payloads' places in it
 
+	// A lone chunk's caller (readOwn) learns of its context's end through
+	// context.AfterFunc, registered only when its read is about to wait
+	// in the poller (armOnWait): a response caught spinning allocates
+	// nothing for it. The holder of reading's.
+	ownCtx   context.Context
+	ownStop  func() bool   // the registration's stop, once registered
+	ownFired chan struct{} // closed when ownWake has run
+	ownWake  func()        // made once per conn: stops the read
+
 	progress  atomic.Uint64 // responses received; read by the watchdog
 	lastSeen  uint64        // watchdog-only
 	stallFrom time.Time     // watchdog-only
@@ -74,6 +83,11 @@ var (
 
 func newConn(p *peer, nc net.Conn) *conn {
 	c := &conn{p: p, nc: nc, fr: newFrameReader(nc), fw: newFrameWriter(nc)}
+	c.ownWake = func() {
+		c.fr.spinStop.Store(true)
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+		close(c.ownFired)
+	}
 	c.cond.L = &c.mu
 	c.rcond.L = &c.mu
 	c.wg.Add(2)
@@ -174,17 +188,20 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 	if d, ok := ctx.Deadline(); ok {
 		c.nc.SetReadDeadline(d)
 	}
-	var fired chan struct{}
-	stop := func() bool { return true }
-	if ctx.Done() != nil {
-		fired = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			c.fr.spinStop.Store(true)
-			c.nc.SetReadDeadline(time.Unix(1, 0))
-			close(fired)
-		})
+	c.ownCtx = ctx
+	if c.fr.raw != nil {
+		// Registered by armOnWait when a read is about to wait. A
+		// cancellation during the spin before it ends the spin at its
+		// budget, not at once.
+		c.fr.raw.onWait, c.fr.raw.armR = c, true
+	} else {
+		c.armOnWait(false)
 	}
 	_, _, err := c.readOne(false)
+	if c.fr.raw != nil {
+		c.fr.raw.onWait, c.fr.raw.armR = nil, false
+	}
+	c.ownCtx = nil
 	c.fr.spinUntil = time.Time{}
 	if err == nil {
 		took := time.Since(sent)
@@ -198,8 +215,11 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 		c.p.lone.slept.Add(1)
 	}
 	c.fr.spun = notSpun
-	if !stop() {
-		<-fired
+	if c.ownStop != nil {
+		if !c.ownStop() {
+			<-c.ownFired
+		}
+		c.ownStop, c.ownFired = nil, nil
 	}
 	c.nc.SetReadDeadline(time.Time{})
 	if err != nil && !errors.Is(err, errNoResponseYet) {
@@ -212,6 +232,18 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 	if more {
 		c.rcond.Signal()
 	}
+}
+
+// armOnWait registers what ends readOwn's read when its context ends
+// (rawIO.onWait: the read is about to wait in the poller; on a platform
+// without raw reads, readOwn calls it before reading). A context that
+// cannot end needs nothing. Reads only; the holder of reading's.
+func (c *conn) armOnWait(write bool) {
+	if write || c.ownStop != nil || c.ownCtx == nil || c.ownCtx.Done() == nil {
+		return
+	}
+	c.ownFired = make(chan struct{})
+	c.ownStop = context.AfterFunc(c.ownCtx, c.ownWake)
 }
 
 // write writes chunks as one burst (the target answers it in one write).
