@@ -201,6 +201,11 @@ func (c *Connector) metricsSnapshot() metrics.Snapshot {
 		}
 		if rs, ok := host.RingStatsOf(at.plugin); ok {
 			ts.Ring = &metrics.RingState{Batches: rs.Batches, CaughtSpinning: rs.CaughtSpinning, Slept: rs.Slept, Spinning: rs.Spinning}
+			p := at.plugin
+			ts.PluginRing = func(ctx context.Context) (metrics.PluginRingState, error) {
+				ps, err := host.PluginRingStatsOf(ctx, p)
+				return metrics.PluginRingState{ClaimedBySpinner: ps.ClaimedBySpinner, ClaimedBySleeper: ps.ClaimedBySleeper, ClaimedByStandby: ps.ClaimedByStandby}, err
+			}
 		}
 		s.Transports = append(s.Transports, ts)
 	}

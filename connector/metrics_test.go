@@ -201,6 +201,7 @@ func wantRingMetrics(t *testing.T, c *connector.Connector, f metricstest.Familie
 	if !onRing {
 		wantNone(t, f, "kvconnect_ring_batches_total")
 		wantNone(t, f, "kvconnect_ring_host_spinning")
+		wantNone(t, f, "kvconnect_ring_plugin_claims_total")
 		return
 	}
 	want(t, f, batches, "kvconnect_ring_batches_total", "transport", "tcp")
@@ -214,6 +215,19 @@ func wantRingMetrics(t *testing.T, c *connector.Connector, f metricstest.Familie
 		if _, found := f.Get(s[0], s[1:]...); !found {
 			t.Errorf("no %s%v for a plugin with a ring:\n%s", s[0], s[1:], f.Dump("kvconnect_ring"))
 		}
+	}
+	// The plugin took each batch once, whoever took it (which one
+	// depends on the scheduler too).
+	claims := 0.0
+	for _, by := range []string{"spinner", "sleeper", "standby"} {
+		v, found := f.Get("kvconnect_ring_plugin_claims_total", "transport", "tcp", "by", by)
+		if !found {
+			t.Errorf("no kvconnect_ring_plugin_claims_total by %s:\n%s", by, f.Dump("kvconnect_ring"))
+		}
+		claims += v
+	}
+	if claims != batches {
+		t.Errorf("the plugin's claims add up to %v, want the %v batches the host sent:\n%s", claims, batches, f.Dump("kvconnect_ring"))
 	}
 }
 

@@ -138,8 +138,16 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	snap := n.src.Snapshot()
 	collectState(ch, &snap)
 	collectMetadata(ch, snap.Metadata)
-	n.served.collect(ch, snap.Transports)
+	// Both ask the plugins, each call bounded: side by side, so a scrape
+	// waits for the slower, not for both.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n.served.collect(ch, snap.Transports)
+	}()
 	n.ring.collect(ch, snap.Transports)
+	wg.Wait()
 }
 
 // Register registers the node's collectors on reg (never the default

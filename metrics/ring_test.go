@@ -1,8 +1,11 @@
 package metrics_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/metrics"
 	"github.com/kvconnect/kvconnect/metrics/metricstest"
 )
@@ -73,5 +76,73 @@ func TestRingCounters(t *testing.T) {
 	}
 	if _, ok := f.Get("kvconnect_ring_host_spinning", "transport", "tcp"); ok {
 		t.Error("the spinning gauge shows for a transport without a ring")
+	}
+}
+
+// TestRingPluginClaims: the plugin's side of a ring shows by who took
+// each batch, asked at scrape time; a lower or failed answer leaves the
+// last one standing, a restarted plugin's counts add to the gone one's,
+// a plugin that does not answer the call shows no series, and one that
+// hangs does not hold the scrape past its bound.
+func TestRingPluginClaims(t *testing.T) {
+	n := newTestNode(t, metrics.Options{})
+	answer := func(st metrics.PluginRingState, err error) func(context.Context) (metrics.PluginRingState, error) {
+		return func(context.Context) (metrics.PluginRingState, error) { return st, err }
+	}
+	state := func(inst any, ring func(context.Context) (metrics.PluginRingState, error)) metrics.TransportState {
+		return metrics.TransportState{Name: "tcp", Plugin: true, PluginRunning: true, Healthy: true, Instance: inst,
+			Ring: &metrics.RingState{Batches: 14}, PluginRing: ring}
+	}
+	claims := func(f metricstest.Families) [3]float64 {
+		var out [3]float64
+		for i, by := range []string{"spinner", "sleeper", "standby"} {
+			out[i] = f.Value("kvconnect_ring_plugin_claims_total", "transport", "tcp", "by", by)
+		}
+		return out
+	}
+	first, second := new(int), new(int)
+	for _, step := range []struct {
+		name string
+		st   metrics.TransportState
+		want [3]float64
+	}{
+		{"first answer", state(first, answer(metrics.PluginRingState{ClaimedBySpinner: 10, ClaimedBySleeper: 3, ClaimedByStandby: 1}, nil)), [3]float64{10, 3, 1}},
+		{"a lower answer", state(first, answer(metrics.PluginRingState{ClaimedBySpinner: 5, ClaimedBySleeper: 1}, nil)), [3]float64{10, 3, 1}},
+		{"an error", state(first, answer(metrics.PluginRingState{}, errdefs.ErrTransportCrashed)), [3]float64{10, 3, 1}},
+		{"a restarted plugin", state(second, answer(metrics.PluginRingState{ClaimedBySpinner: 2, ClaimedBySleeper: 1}, nil)), [3]float64{12, 4, 1}},
+	} {
+		n.setTransports(step.st)
+		if got := claims(n.gather(t)); got != step.want {
+			t.Errorf("%s: claims by spinner, sleeper, standby %v, want %v", step.name, got, step.want)
+		}
+	}
+
+	// A plugin that predates the call: host series, no claims.
+	m := newTestNode(t, metrics.Options{})
+	m.setTransports(state(first, answer(metrics.PluginRingState{}, fmt.Errorf("ring stats: %w", errdefs.ErrNotSupported))))
+	f := m.gather(t)
+	if _, ok := f.Get("kvconnect_ring_batches_total", "transport", "tcp"); !ok {
+		t.Error("no kvconnect_ring_batches_total for a plugin with a ring")
+	}
+	if _, ok := f.Get("kvconnect_ring_plugin_claims_total", "transport", "tcp", "by", "spinner"); ok {
+		t.Error("claims show for a plugin that never answered for its side")
+	}
+
+	// A plugin that hangs: the scrape ends (each call's context ends at
+	// StatsTimeout) and shows the host's side.
+	h := newTestNode(t, metrics.Options{})
+	called := make(chan struct{})
+	h.setTransports(state(first, func(ctx context.Context) (metrics.PluginRingState, error) {
+		close(called)
+		<-ctx.Done()
+		return metrics.PluginRingState{ClaimedBySpinner: 99}, ctx.Err()
+	}))
+	f = h.gather(t)
+	<-called
+	if got := f.Value("kvconnect_ring_batches_total", "transport", "tcp"); got != 14 {
+		t.Errorf("batches %v beside a hung plugin, want 14", got)
+	}
+	if _, ok := f.Get("kvconnect_ring_plugin_claims_total", "transport", "tcp", "by", "spinner"); ok {
+		t.Error("claims show from a call that timed out")
 	}
 }

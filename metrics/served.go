@@ -107,60 +107,31 @@ type servedTracker struct {
 
 func (t *servedTracker) collect(ch chan<- prometheus.Metric, transports []TransportState) {
 	type answer struct {
-		i   int
 		sum *servedSum
 		ok  bool // answered
 	}
-	answers := make([]answer, 0, len(transports))
-	var wg sync.WaitGroup
-	var amu sync.Mutex
-	late := false // the scrape went on without this answer
-	for i, ts := range transports {
+	answers := askAll(transports, func(ctx context.Context, ts TransportState) (answer, bool) {
 		if ts.Stats == nil {
-			continue
+			return answer{}, false
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), StatsTimeout)
-			defer cancel()
-			st, err := ts.Stats.Stats(ctx)
-			if errors.Is(err, errdefs.ErrNotSupported) {
-				return // reports nothing: no served metrics for it
-			}
-			a := answer{i: i, ok: err == nil}
-			if err == nil {
-				a.sum = fromStats(st)
-			}
-			amu.Lock()
-			if !late {
-				answers = append(answers, a)
-			}
-			amu.Unlock()
-		}()
-	}
-	// A transport that ignores its deadline does not hold the scrape: it
-	// shows its last report.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	timer := time.NewTimer(StatsTimeout + 100*time.Millisecond)
-	select {
-	case <-done:
-	case <-timer.C:
-	}
-	timer.Stop()
-	amu.Lock()
-	late = true
-	answers = append([]answer(nil), answers...)
-	amu.Unlock()
+		st, err := ts.Stats.Stats(ctx)
+		if errors.Is(err, errdefs.ErrNotSupported) {
+			return answer{}, false // reports nothing: no served metrics for it
+		}
+		a := answer{ok: err == nil}
+		if err == nil {
+			a.sum = fromStats(st)
+		}
+		return a, true
+	})
 
 	t.mu.Lock()
 	if t.gone == nil {
 		t.gone, t.last = map[string]*servedSum{}, map[any]*instanceReport{}
 	}
 	reporting := map[string]bool{}
-	for _, a := range answers {
-		ts := transports[a.i]
+	for i, a := range answers {
+		ts := transports[i]
 		reporting[ts.Name] = true
 		r := t.last[ts.Instance]
 		if r == nil {

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,12 @@ type TransportState struct {
 	// Ring is what the host side of its plugin's shared-memory ring
 	// counted, or nil (in-process, or a plugin without a ring).
 	Ring *RingState
+	// PluginRing asks the plugin what its side of the ring counted; nil
+	// when Ring is. A scrape calls it with a deadline (StatsTimeout),
+	// concurrently with other transports' calls; an error (one wrapping
+	// errdefs.ErrNotSupported from a plugin that predates the call, a
+	// timeout) leaves the last answer standing.
+	PluginRing func(ctx context.Context) (PluginRingState, error)
 }
 
 // PeerState is one open peer.

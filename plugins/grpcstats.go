@@ -34,3 +34,19 @@ func statsToWire(st ServedStats) *proto.StatsResponse {
 	}
 	return r
 }
+
+// RingStats answers the host's RingStats call with what the ring's
+// server counted, or not_supported when no ring is open.
+func (s *grpcServer) RingStats(context.Context, *proto.RingStatsRequest) (*proto.RingStatsResponse, error) {
+	s.mu.Lock()
+	rs := s.ring
+	s.mu.Unlock()
+	if rs == nil {
+		return nil, pluginrpc.ToStatus(fmt.Errorf("ring stats: no ring is open (the host did not call OpenRing, or it failed): %w", ErrNotSupported))
+	}
+	return &proto.RingStatsResponse{
+		ClaimedBySpinner: uint64(rs.bySpinner.Load()),
+		ClaimedBySleeper: uint64(rs.bySleeper.Load()),
+		ClaimedByStandby: uint64(rs.byStandby.Load()),
+	}, nil
+}

@@ -65,7 +65,7 @@ type ringServer struct {
 	// submission, for the workers' spin.
 	gap      *spin.Adapt
 	lastPost atomic.Int64 // unix ns of the last completion
-	// counts, for the debug log at stop
+	// counts, for the debug log at stop and RingStats (grpcstats.go)
 	bySleeper, bySpinner, byStandby, spinMisses, inline, bySleeperBell atomic.Int64
 	// concurrentUntil (unix ns): until then the sleeper starts a worker
 	// per batch rather than run a lone one itself (alone).

@@ -1,6 +1,17 @@
 package host
 
-import "github.com/kvconnect/kvconnect/plugins"
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
+	"github.com/kvconnect/kvconnect/plugins"
+)
 
 // RingStats is what the host side of a plugin's shared-memory ring has
 // counted since the ring opened (docs/OBSERVABILITY.md shows it as
@@ -48,4 +59,43 @@ func hostSpins(rc *ringClient) bool {
 		return rc.rtt.Choose.Choice().Spinning
 	}
 	return rc.rtt.Max > 0
+}
+
+// PluginRingStats is what the plugin's side of its ring counted since
+// the ring opened: the batches it took from the submission queue, by who
+// took them (docs/DATAPATH.md, "Waking up"). A small-op workload whose
+// batches the spinner takes runs without wake-ups on the plugin's side;
+// one whose batches the sleeper takes pays a wake-up per batch.
+type PluginRingStats struct {
+	// ClaimedBySpinner: taken by a goroutine spinning for the host's next
+	// submission after a completion.
+	ClaimedBySpinner uint64 `json:"claimed_by_spinner"`
+	// ClaimedBySleeper: taken by the sleeper, which the host woke.
+	ClaimedBySleeper uint64 `json:"claimed_by_sleeper"`
+	// ClaimedByStandby: taken by the standby, which the host woke while
+	// the sleeper ran a batch itself.
+	ClaimedByStandby uint64 `json:"claimed_by_standby"`
+}
+
+// PluginRingStatsOf asks t's plugin what its side of the ring counted.
+// It fails with an error wrapping errdefs.ErrNotSupported when t has no
+// ring (an in-process transport, rings off, a ring that never opened) or
+// its plugin was built before the call existed; otherwise its errors are
+// the plugin calls' (ErrTransportCrashed, ErrTimeout, ...).
+func PluginRingStatsOf(ctx context.Context, t plugins.Transport) (PluginRingStats, error) {
+	c := clientOf(t)
+	if c == nil || c.ring.Load() == nil {
+		return PluginRingStats{}, fmt.Errorf("ring stats: the transport has no plugin ring: %w", errdefs.ErrNotSupported)
+	}
+	r, err := c.rpc.RingStats(ctx, &proto.RingStatsRequest{})
+	if err == nil {
+		return PluginRingStats{ClaimedBySpinner: r.GetClaimedBySpinner(), ClaimedBySleeper: r.GetClaimedBySleeper(), ClaimedByStandby: r.GetClaimedByStandby()}, nil
+	}
+	if rebuilt, ok := pluginrpc.FromStatus(err); ok {
+		return PluginRingStats{}, rebuilt
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && ctx.Err() == nil {
+		return PluginRingStats{}, fmt.Errorf("plugin %s: ring stats: %s (a plugin built before the RingStats call): %w", c.name, st.Message(), errdefs.ErrNotSupported)
+	}
+	return PluginRingStats{}, c.fromStatus(ctx, "ring stats", err)
 }

@@ -2,10 +2,12 @@ package host
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/internal/testbin"
@@ -65,6 +67,22 @@ func TestRingStatsOf(t *testing.T) {
 	if st, _ := RingStatsOf(m); st.Batches != n+1 {
 		t.Fatalf("after the held batch: %+v, want %d batches", st, n+1)
 	}
+	// The plugin's side took every batch the host sent through the ring,
+	// each once, whoever took it; the held one the sleeper or the
+	// standby, since the host slept on it.
+	ps, err := PluginRingStatsOf(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ps.ClaimedBySpinner + ps.ClaimedBySleeper + ps.ClaimedByStandby; got != n+1 {
+		t.Errorf("the plugin counts %+v, %d batches in all, want %d", ps, got, n+1)
+	}
+	if _, err := PluginRingStatsOf(t.Context(), newBlocking()); !errors.Is(err, errdefs.ErrNotSupported) {
+		t.Errorf("a transport not served by this package: %v, want ErrNotSupported", err)
+	}
+	if _, err := PluginRingStatsOf(t.Context(), (*Plugin)(nil)); !errors.Is(err, errdefs.ErrNotSupported) {
+		t.Errorf("a nil *Plugin: %v, want ErrNotSupported", err)
+	}
 
 	t.Setenv(pluginrpc.EnvRings, "0")
 	p, err := InMemory(newBlocking(), "ringtest", zaptest.NewLogger(t))
@@ -77,5 +95,8 @@ func TestRingStatsOf(t *testing.T) {
 	}
 	if st, ok := RingStatsOf(p); ok {
 		t.Fatalf("rings off, yet ring counts %+v", st)
+	}
+	if _, err := PluginRingStatsOf(t.Context(), p); !errors.Is(err, errdefs.ErrNotSupported) {
+		t.Errorf("rings off: plugin ring counts %v, want ErrNotSupported", err)
 	}
 }

@@ -1817,6 +1817,109 @@ func (x *StatsResponse) GetMooncakeConnections() uint64 {
 	return 0
 }
 
+type RingStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingStatsRequest) Reset() {
+	*x = RingStatsRequest{}
+	mi := &file_transport_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingStatsRequest) ProtoMessage() {}
+
+func (x *RingStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingStatsRequest.ProtoReflect.Descriptor instead.
+func (*RingStatsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{32}
+}
+
+// RingStatsResponse counts the batches the plugin took from the ring's
+// submission queue, by who took them (docs/DATAPATH.md, "Waking up").
+type RingStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Taken by a goroutine spinning for the host's next submission after
+	// a completion: the host woke no one.
+	ClaimedBySpinner uint64 `protobuf:"varint,1,opt,name=claimed_by_spinner,json=claimedBySpinner,proto3" json:"claimed_by_spinner,omitempty"`
+	// Taken by the sleeper, which the host woke (futex or doorbell).
+	ClaimedBySleeper uint64 `protobuf:"varint,2,opt,name=claimed_by_sleeper,json=claimedBySleeper,proto3" json:"claimed_by_sleeper,omitempty"`
+	// Taken by the standby, woken by the host while the sleeper ran a
+	// batch itself.
+	ClaimedByStandby uint64 `protobuf:"varint,3,opt,name=claimed_by_standby,json=claimedByStandby,proto3" json:"claimed_by_standby,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RingStatsResponse) Reset() {
+	*x = RingStatsResponse{}
+	mi := &file_transport_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingStatsResponse) ProtoMessage() {}
+
+func (x *RingStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingStatsResponse.ProtoReflect.Descriptor instead.
+func (*RingStatsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RingStatsResponse) GetClaimedBySpinner() uint64 {
+	if x != nil {
+		return x.ClaimedBySpinner
+	}
+	return 0
+}
+
+func (x *RingStatsResponse) GetClaimedBySleeper() uint64 {
+	if x != nil {
+		return x.ClaimedBySleeper
+	}
+	return 0
+}
+
+func (x *RingStatsResponse) GetClaimedByStandby() uint64 {
+	if x != nil {
+		return x.ClaimedByStandby
+	}
+	return 0
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1936,7 +2039,13 @@ const file_transport_proto_rawDesc = "" +
 	"\rStatsResponse\x129\n" +
 	"\x06served\x18\x01 \x03(\v2!.kvconnect.plugins.v1.ServedCountR\x06served\x12>\n" +
 	"\brefusals\x18\x02 \x03(\v2\".kvconnect.plugins.v1.RefusalCountR\brefusals\x121\n" +
-	"\x14mooncake_connections\x18\x03 \x01(\x04R\x13mooncakeConnections2\xe6\t\n" +
+	"\x14mooncake_connections\x18\x03 \x01(\x04R\x13mooncakeConnections\"\x12\n" +
+	"\x10RingStatsRequest\"\x9d\x01\n" +
+	"\x11RingStatsResponse\x12,\n" +
+	"\x12claimed_by_spinner\x18\x01 \x01(\x04R\x10claimedBySpinner\x12,\n" +
+	"\x12claimed_by_sleeper\x18\x02 \x01(\x04R\x10claimedBySleeper\x12,\n" +
+	"\x12claimed_by_standby\x18\x03 \x01(\x04R\x10claimedByStandby2\xc4\n" +
+	"\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -1951,7 +2060,8 @@ const file_transport_proto_rawDesc = "" +
 	"\x05Close\x12\".kvconnect.plugins.v1.CloseRequest\x1a#.kvconnect.plugins.v1.CloseResponse\x12b\n" +
 	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponse\x12Y\n" +
 	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponse\x12P\n" +
-	"\x05Stats\x12\".kvconnect.plugins.v1.StatsRequest\x1a#.kvconnect.plugins.v1.StatsResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\x05Stats\x12\".kvconnect.plugins.v1.StatsRequest\x1a#.kvconnect.plugins.v1.StatsResponse\x12\\\n" +
+	"\tRingStats\x12&.kvconnect.plugins.v1.RingStatsRequest\x1a'.kvconnect.plugins.v1.RingStatsResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1965,7 +2075,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),               // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),              // 1: kvconnect.plugins.v1.InfoResponse
@@ -1999,6 +2109,8 @@ var file_transport_proto_goTypes = []any{
 	(*ServedCount)(nil),               // 29: kvconnect.plugins.v1.ServedCount
 	(*RefusalCount)(nil),              // 30: kvconnect.plugins.v1.RefusalCount
 	(*StatsResponse)(nil),             // 31: kvconnect.plugins.v1.StatsResponse
+	(*RingStatsRequest)(nil),          // 32: kvconnect.plugins.v1.RingStatsRequest
+	(*RingStatsResponse)(nil),         // 33: kvconnect.plugins.v1.RingStatsResponse
 }
 var file_transport_proto_depIdxs = []int32{
 	4,  // 0: kvconnect.plugins.v1.RegisterRegionsRequest.regions:type_name -> kvconnect.plugins.v1.RegisterRegionRequest
@@ -2021,21 +2133,23 @@ var file_transport_proto_depIdxs = []int32{
 	20, // 17: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
 	22, // 18: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
 	28, // 19: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
-	1,  // 20: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 21: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	9,  // 22: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	11, // 23: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	6,  // 24: kvconnect.plugins.v1.Transport.RegisterRegions:output_type -> kvconnect.plugins.v1.RegisterRegionsResponse
-	8,  // 25: kvconnect.plugins.v1.Transport.DeregisterRegions:output_type -> kvconnect.plugins.v1.DeregisterRegionsResponse
-	14, // 26: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	16, // 27: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	19, // 28: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	25, // 29: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	21, // 30: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
-	23, // 31: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
-	31, // 32: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
-	20, // [20:33] is the sub-list for method output_type
-	7,  // [7:20] is the sub-list for method input_type
+	32, // 20: kvconnect.plugins.v1.Transport.RingStats:input_type -> kvconnect.plugins.v1.RingStatsRequest
+	1,  // 21: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 22: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	9,  // 23: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	11, // 24: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	6,  // 25: kvconnect.plugins.v1.Transport.RegisterRegions:output_type -> kvconnect.plugins.v1.RegisterRegionsResponse
+	8,  // 26: kvconnect.plugins.v1.Transport.DeregisterRegions:output_type -> kvconnect.plugins.v1.DeregisterRegionsResponse
+	14, // 27: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	16, // 28: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	19, // 29: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	25, // 30: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	21, // 31: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	23, // 32: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	31, // 33: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
+	33, // 34: kvconnect.plugins.v1.Transport.RingStats:output_type -> kvconnect.plugins.v1.RingStatsResponse
+	21, // [21:35] is the sub-list for method output_type
+	7,  // [7:21] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -2052,7 +2166,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Transport_ReleaseFile_FullMethodName       = "/kvconnect.plugins.v1.Transport/ReleaseFile"
 	Transport_OpenRing_FullMethodName          = "/kvconnect.plugins.v1.Transport/OpenRing"
 	Transport_Stats_FullMethodName             = "/kvconnect.plugins.v1.Transport/Stats"
+	Transport_RingStats_FullMethodName         = "/kvconnect.plugins.v1.Transport/RingStats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -70,6 +71,11 @@ type TransportClient interface {
 	// optional: a transport without it answers not_supported, an older
 	// plugin UNIMPLEMENTED). Every count only grows.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// RingStats reports how the plugin's side of the shared-memory ring
+	// (OpenRing) took the host's batches. A plugin with no ring open
+	// answers not_supported, an older plugin UNIMPLEMENTED. Every count
+	// only grows.
+	RingStats(ctx context.Context, in *RingStatsRequest, opts ...grpc.CallOption) (*RingStatsResponse, error)
 }
 
 type transportClient struct {
@@ -210,6 +216,16 @@ func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...g
 	return out, nil
 }
 
+func (c *transportClient) RingStats(ctx context.Context, in *RingStatsRequest, opts ...grpc.CallOption) (*RingStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingStatsResponse)
+	err := c.cc.Invoke(ctx, Transport_RingStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -242,6 +258,11 @@ type TransportServer interface {
 	// optional: a transport without it answers not_supported, an older
 	// plugin UNIMPLEMENTED). Every count only grows.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// RingStats reports how the plugin's side of the shared-memory ring
+	// (OpenRing) took the host's batches. A plugin with no ring open
+	// answers not_supported, an older plugin UNIMPLEMENTED. Every count
+	// only grows.
+	RingStats(context.Context, *RingStatsRequest) (*RingStatsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -290,6 +311,9 @@ func (UnimplementedTransportServer) OpenRing(context.Context, *OpenRingRequest) 
 }
 func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedTransportServer) RingStats(context.Context, *RingStatsRequest) (*RingStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RingStats not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -546,6 +570,24 @@ func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_RingStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).RingStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_RingStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).RingStats(ctx, req.(*RingStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -604,6 +646,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Transport_Stats_Handler,
+		},
+		{
+			MethodName: "RingStats",
+			Handler:    _Transport_RingStats_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
