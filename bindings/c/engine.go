@@ -438,14 +438,18 @@ func (e *engine) notifies() ([]connector.Notification, error) {
 	}
 }
 
+// lockedCaller is the context of a sync transfer: its goroutine is a
+// call from C, locked to the caller's thread, so whatever waits for the
+// batch on it must not yield (spin.WithoutYield). Made once: it never
+// ends, and each call derives its deadline from it.
+var lockedCaller = spin.WithoutYield(context.Background())
+
 func (e *engine) transferSync(session string, op int, local, remote, lens []uint64, ms int64) error {
 	c, err := e.node()
 	if err != nil {
 		return err
 	}
-	// This goroutine is a call from C, locked to the caller's thread:
-	// whatever waits for the batch on it must not yield (spin.WithoutYield).
-	ctx, cancel := context.WithTimeout(spin.WithoutYield(context.Background()), e.transferTimeout(ms, lens))
+	ctx, cancel := context.WithTimeout(lockedCaller, e.transferTimeout(ms, lens))
 	defer cancel()
 	if err := c.BatchTransferSync(ctx, connector.OpKind(op), session, local, remote, lens); err != nil {
 		return codeErr(codeOf(err), err)

@@ -1,12 +1,16 @@
 package host
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // socketDirPrefix names the directory that holds one host process's
@@ -103,11 +107,36 @@ func sweepSocketDirs(tmp, own string) {
 			continue
 		}
 		pid, start, ok := parseSocketDirName(name)
-		if !ok || !ownedByUs(path) || !processGone(pid, start) {
+		if !ok || !ownedByUs(path) || !processGone(pid, start) || socketAnswers(path) {
 			continue
 		}
 		os.RemoveAll(path)
 	}
+}
+
+// socketAnswers reports whether a plugin socket under dir (in go-plugin's
+// plugin-dir*) accepts a connection: its process lives, whatever its pid
+// says. A /tmp shared between PID namespaces (containers) shows another
+// namespace's live host under a pid that is free, or taken, in this one.
+// A socket that refuses (ECONNREFUSED: no one listens) is dead; any other
+// failure counts as alive, so nothing doubtful is removed.
+func socketAnswers(dir string) bool {
+	socks, _ := filepath.Glob(filepath.Join(dir, "plugin-dir*", "*"))
+	for _, s := range socks {
+		fi, err := os.Lstat(s)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		c, err := net.DialTimeout("unix", s, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return true
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return true
+		}
+	}
+	return false
 }
 
 // parseSocketDirName reads the pid and start of a base directory's name.

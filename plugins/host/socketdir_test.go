@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 )
 
 // A host killed with its plugin running leaves go-plugin's socket
@@ -49,6 +51,9 @@ func TestSocketDirOfKilledHostRemoved(t *testing.T) {
 	if len(left) != 1 {
 		t.Fatalf("after the host's SIGKILL, %s holds %v: want the one socket directory the kill left behind", dead, left)
 	}
+	// The plugin dies of its parent's death (PR_SET_PDEATHSIG) a moment
+	// later; until then its socket answers and the directory is kept.
+	testbin.Eventually(t, "the killed host's plugin to die", func() bool { return !socketAnswers(dead) })
 
 	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: fake, Logger: zaptest.NewLogger(t)})
 	if err != nil {
@@ -83,7 +88,9 @@ func TestSweepSocketDirs(t *testing.T) {
 		name, why string
 		file      bool // a file, not a directory
 		otherUser bool
-		gone      bool
+		// a Unix socket in its plugin-dir1: listening, or bound and closed
+		listening, deadSocket bool
+		gone                  bool
 	}{
 		{name: name(gonePid, "12345"), why: "its process exited", gone: true},
 		{name: name(parent, "1"), why: "its pid now belongs to a process started later", gone: true},
@@ -95,6 +102,8 @@ func TestSweepSocketDirs(t *testing.T) {
 		{name: name(gonePid, "99"), why: "it is a file", file: true},
 		{name: name(gonePid, "98"), why: "another user owns it", otherUser: true},
 		{name: "plugin-dir123", why: "it is go-plugin's, outside any host's directory"},
+		{name: name(gonePid, "97"), why: "a socket in it answers (a host in another PID namespace)", listening: true},
+		{name: name(gonePid, "96"), why: "its socket is dead", deadSocket: true, gone: true},
 	}
 	checked := rows[:0]
 	for _, r := range rows {
@@ -108,6 +117,18 @@ func TestSweepSocketDirs(t *testing.T) {
 		}
 		if err := os.MkdirAll(filepath.Join(path, "plugin-dir1"), 0o700); err != nil {
 			t.Fatal(err)
+		}
+		if r.listening || r.deadSocket {
+			l, err := net.Listen("unix", filepath.Join(path, "plugin-dir1", "plugin1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.deadSocket {
+				l.(*net.UnixListener).SetUnlinkOnClose(false)
+				l.Close()
+			} else {
+				t.Cleanup(func() { l.Close() })
+			}
 		}
 		if r.otherUser {
 			if err := os.Chown(path, 65534, 65534); errors.Is(err, syscall.EPERM) {
