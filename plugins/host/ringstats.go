@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvconnect/kvconnect/errdefs"
-	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
 	"github.com/kvconnect/kvconnect/plugins"
 )
@@ -88,14 +84,8 @@ func PluginRingStatsOf(ctx context.Context, t plugins.Transport) (PluginRingStat
 		return PluginRingStats{}, fmt.Errorf("ring stats: the transport has no plugin ring: %w", errdefs.ErrNotSupported)
 	}
 	r, err := c.rpc.RingStats(ctx, &proto.RingStatsRequest{})
-	if err == nil {
-		return PluginRingStats{ClaimedBySpinner: r.GetClaimedBySpinner(), ClaimedBySleeper: r.GetClaimedBySleeper(), ClaimedByStandby: r.GetClaimedByStandby()}, nil
+	if err != nil {
+		return PluginRingStats{}, c.optionalCallError(ctx, "ring stats", "RingStats", err)
 	}
-	if rebuilt, ok := pluginrpc.FromStatus(err); ok {
-		return PluginRingStats{}, rebuilt
-	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && ctx.Err() == nil {
-		return PluginRingStats{}, fmt.Errorf("plugin %s: ring stats: %s (a plugin built before the RingStats call): %w", c.name, st.Message(), errdefs.ErrNotSupported)
-	}
-	return PluginRingStats{}, c.fromStatus(ctx, "ring stats", err)
+	return PluginRingStats{ClaimedBySpinner: r.GetClaimedBySpinner(), ClaimedBySleeper: r.GetClaimedBySleeper(), ClaimedByStandby: r.GetClaimedByStandby()}, nil
 }

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -98,5 +99,29 @@ func TestRingStatsOf(t *testing.T) {
 	}
 	if _, err := PluginRingStatsOf(t.Context(), p); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("rings off: plugin ring counts %v, want ErrNotSupported", err)
+	}
+}
+
+// TestOptionalCallsOfAnOldPlugin: a plugin with a ring but built before
+// Stats and RingStats existed answers both UNIMPLEMENTED, which the host
+// reports as ErrNotSupported (the metrics then show nothing for them),
+// naming the call.
+func TestOptionalCallsOfAnOldPlugin(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("rings need Linux futexes")
+	}
+	h := &hostilePlugin{scribe: func(*ring.Shared, ring.Sub) {}, started: make(chan struct{}), stop: make(chan struct{})}
+	c := rawPlugin(t, h, func(f *pluginrpc.FDReceiver) { h.fds = f })
+	defer func() { close(h.stop); h.wg.Wait() }()
+	if c.ring.Load() == nil {
+		t.Fatal("no ring")
+	}
+	_, err := PluginRingStatsOf(t.Context(), &Plugin{grpcClient: c})
+	if !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "built before the RingStats call") {
+		t.Errorf("RingStats of an old plugin: %v, want ErrNotSupported naming the call", err)
+	}
+	_, err = c.Stats(t.Context())
+	if !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "built before the Stats call") {
+		t.Errorf("Stats of an old plugin: %v, want ErrNotSupported naming the call", err)
 	}
 }

@@ -20,16 +20,24 @@ var _ plugins.StatsReporter = (*grpcClient)(nil)
 // existed, answers an error wrapping errdefs.ErrNotSupported.
 func (c *grpcClient) Stats(ctx context.Context) (plugins.ServedStats, error) {
 	r, err := c.rpc.Stats(ctx, &proto.StatsRequest{})
-	if err == nil {
-		return statsFromWire(r), nil
+	if err != nil {
+		return plugins.ServedStats{}, c.optionalCallError(ctx, "stats", "Stats", err)
 	}
+	return statsFromWire(r), nil
+}
+
+// optionalCallError maps the error of a call a plugin may lack (Stats,
+// RingStats; op names it in messages, rpc is the call's name): the
+// plugin's own error as it sent it, UNIMPLEMENTED (a plugin built before
+// the call) as errdefs.ErrNotSupported, anything else as every call's.
+func (c *grpcClient) optionalCallError(ctx context.Context, op, rpc string, err error) error {
 	if rebuilt, ok := pluginrpc.FromStatus(err); ok {
-		return plugins.ServedStats{}, rebuilt
+		return rebuilt
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && ctx.Err() == nil {
-		return plugins.ServedStats{}, fmt.Errorf("plugin %s: stats: %s (a plugin built before the Stats call): %w", c.name, st.Message(), errdefs.ErrNotSupported)
+		return fmt.Errorf("plugin %s: %s: %s (a plugin built before the %s call): %w", c.name, op, st.Message(), rpc, errdefs.ErrNotSupported)
 	}
-	return plugins.ServedStats{}, c.fromStatus(ctx, "stats", err)
+	return c.fromStatus(ctx, op, err)
 }
 
 // statsFromWire decodes the plugin's answer. Values are kept as sent; the
