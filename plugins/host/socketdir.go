@@ -43,9 +43,10 @@ type socketDirSet struct {
 
 // acquire returns the directory for this process's next plugin socket
 // directory, creating it, or "" when TMPDIR is too long for one (then
-// go-plugin uses TMPDIR, and nothing is swept). The first user of a directory first removes
-// what dead host processes left in the same temporary directory. Every
-// acquire that returns no error is paired with one release.
+// go-plugin uses TMPDIR, and nothing is swept). The first user of a
+// directory first removes what dead host processes left in the same
+// temporary directory. Every acquire that returns no error is paired
+// with one release.
 func (s *socketDirSet) acquire() (string, error) {
 	tmp := os.TempDir()
 	start := processStart(os.Getpid())
