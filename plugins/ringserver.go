@@ -33,6 +33,19 @@ import (
 // processor, or preempts this spin, which then stops.
 const maxWorkerSpin = 50 * time.Microsecond
 
+// workerYield spaces the worker's yields while it spins for the host's
+// next batch. Between two batches the host's caller does its own work
+// (a Python engine's wrapper, a serving loop's bookkeeping), and a
+// spinner that yields every 2048 checks (2–3 µs here) yields several
+// times per gap; each runtime.Gosched wakes a second thread of the
+// plugin (wakep) onto the vCPU the host or the peer needs. One 4 KiB
+// write from a C loop against a Go target, AMD EPYC VM, 2 vCPUs: p50
+// 36.6 µs with no work between ops, 47–51 µs with 3–8 µs of it; with
+// yields 20 µs apart 36.2–37.3 µs either way, and the Python engine's
+// transfer_sync_write 36–40 µs against 43–51
+// (docs/DATAPATH-ROUNDS.md, thirty-first round).
+const workerYield = 20 * time.Microsecond
+
 // ringStopWait bounds how long stop waits for batches whose Transfer
 // ignores its canceled context.
 const ringStopWait = 10 * time.Second
@@ -319,6 +332,7 @@ func (s *ringServer) serve(j job, inline bool) {
 		}
 		jobs := buf[:0]
 		sp := spin.New(s.gap.Budget(), s.gap)
+		sp.YieldEvery(workerYield)
 		for sp.Spin() && !s.stopping.Load() {
 			if s.r.Load(ring.SQTail) != s.seen.Load() {
 				if jobs = s.claim(jobs); len(jobs) > 0 {

@@ -187,3 +187,38 @@ func TestBatchStopsRunningBeforeItsCompletion(t *testing.T) {
 		t.Fatalf("completion %+v, want batch %d done", c, last)
 	}
 }
+
+// TestWorkerSpinYieldsByTime: after each batch the worker spins for the
+// host's next one, and yields its processor at most once per
+// workerYield of that spin (each runtime.Gosched may wake a second
+// thread onto the vCPU the host needs), not every 2048 checks. Here the
+// host submits nothing more, so every spin runs to its budget. (Under
+// the race detector 128 checks outlast the spinner's preemption test,
+// so each spin ends at its first look at the clock and the bound holds
+// trivially; internal/spin's TestYieldEverySpacesYieldsByTime holds the
+// rule there.)
+func TestWorkerSpinYieldsByTime(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	t.Setenv(ring.EnvPluginSpin, "") // the learned budget, up to maxWorkerSpin
+	l := ring.Layout{SQEntries: 32, CQEntries: 16, SlotSize: 4096, ArenaSlots: 4}
+	seg, host, served := testRing(t, l)
+	s := newRingServer(instantTransport{}, zaptest.NewLogger(t), seg, served, errdefs.KindNames(), nil)
+	t.Cleanup(s.stop)
+	const n = 20
+	for id := uint64(1); id <= n; id++ {
+		tail := host.Load(ring.SQTail)
+		ring.PutSub(host.Sub(tail), ring.Sub{Op: ring.OpBatch, NOps: 1, ID: id, Peer: 1, Area: 0})
+		host.Store(ring.SQTail, tail+1)
+		host.NotifySQ()
+		testbin.Eventually(t, fmt.Sprintf("batch %d's completion", id), func() bool { return host.Load(ring.CQTail) == uint32(id) })
+		host.Store(ring.CQHead, uint32(id))
+		testbin.Eventually(t, fmt.Sprintf("the spin after batch %d to end", id), func() bool { return s.spinMisses.Load() == int64(id) })
+	}
+	st := s.gap.Stats()
+	if limit := int64(n) * int64(maxWorkerSpin/workerYield); st.Yields > limit {
+		t.Fatalf("the worker yielded %d times over %d spins of up to %v, want at most %d (one per %v)", st.Yields, n, maxWorkerSpin, limit, workerYield)
+	}
+	t.Logf("%d yields over %d spins (%+v)", st.Yields, n, st)
+}

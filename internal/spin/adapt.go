@@ -63,7 +63,7 @@ type Adapt struct {
 	// calls counts Budget calls, for probing.
 	calls atomic.Int32
 	// Totals, for Stats.
-	totTries, totCaught, totPreempted atomic.Int64
+	totTries, totCaught, totPreempted, totYields atomic.Int64
 	// Max caps the budget.
 	Max time.Duration
 	// Fixed, when set (> 0, or < 0 for no spinning), replaces the
@@ -155,15 +155,16 @@ func (a *Adapt) fix(env string) {
 }
 
 // Stats is what an Adapt saw so far, for diagnostics: the tries, how
-// many caught their wait, and the spins that were preempted.
+// many caught their wait, the spins that were preempted, and how often
+// its spinners yielded their processor.
 type Stats struct {
-	Tries, Caught, Preempted int64
-	CatchShare               float64
+	Tries, Caught, Preempted, Yields int64
+	CatchShare                       float64
 }
 
 // Stats reports what a saw so far.
 func (a *Adapt) Stats() Stats {
-	return Stats{Tries: a.totTries.Load(), Caught: a.totCaught.Load(), Preempted: a.totPreempted.Load(), CatchShare: a.CatchShare()}
+	return Stats{Tries: a.totTries.Load(), Caught: a.totCaught.Load(), Preempted: a.totPreempted.Load(), Yields: a.totYields.Load(), CatchShare: a.CatchShare()}
 }
 
 // preempted records a spin that was descheduled.

@@ -24,11 +24,16 @@ type Spinner struct {
 	last      time.Time
 	a         *Adapt
 	n         int
+	yields    int    // times it yielded its processor
 	preempted bool   // descheduled: the clock jumped preemptedAfter
 	try       bool   // a try: its budget was at least a.Max/2 (adapt.go)
 	locked    bool   // never yield (Locked)
 	keepOn    bool   // spin on when descheduled (KeepOnPreempt)
 	yield     func() // runtime.Gosched but in tests
+	// yieldEvery, when set (YieldEvery), spaces yields by time, not by
+	// checks: the next is due at yieldAt.
+	yieldEvery time.Duration
+	yieldAt    time.Time
 }
 
 // Locked makes the spinner never yield the processor: its goroutine is
@@ -48,6 +53,7 @@ func (sp *Spinner) doYield() {
 	if sp.locked {
 		return
 	}
+	sp.yields++
 	if sp.yield != nil {
 		sp.yield()
 		return
@@ -69,27 +75,54 @@ func Until(t time.Time, a *Adapt) Spinner {
 	return Spinner{until: t, last: now, a: a, try: a != nil && a.Max > 0 && t.Sub(now) >= a.Max/2}
 }
 
+// YieldEvery makes the spinner yield its processor once per d of
+// spinning (the first after d) instead of every 2048 checks. A yield is
+// not free: runtime.Gosched wakes another thread of the process if a
+// processor idles (wakep), and on a small machine that thread takes the
+// vCPU the other side of the wait needs. A spinner that usually waits
+// longer than a few microseconds, like the plugin's worker waiting for
+// its host's next batch while the host's caller does its own work in
+// between, spaces its yields by time (docs/DATAPATH-ROUNDS.md,
+// thirty-first round).
+func (sp *Spinner) YieldEvery(d time.Duration) {
+	sp.yieldEvery = d
+	sp.yieldAt = sp.last.Add(d)
+}
+
 // Spin reports whether the spin budget lasts; call it once per check.
 // It reads the clock every 128 checks and yields the processor to other
 // goroutines every 2048 (a few microseconds of checking: a yield costs
-// about a microsecond itself).
+// about a microsecond itself), or as YieldEvery says.
 func (sp *Spinner) Spin() bool {
 	sp.n++
 	if sp.n%128 != 0 {
 		return true
 	}
-	if sp.n%2048 == 0 {
+	if sp.yieldDue(2048) {
 		sp.doYield()
 	}
 	return sp.lasts()
 }
 
+// yieldDue reports whether the spinner yields at this look at the clock:
+// every checks checks, or as YieldEvery says.
+func (sp *Spinner) yieldDue(checks int) bool {
+	if sp.yieldEvery <= 0 {
+		return sp.n%checks == 0
+	}
+	if sp.last.Before(sp.yieldAt) {
+		return false
+	}
+	sp.yieldAt = sp.last.Add(sp.yieldEvery)
+	return true
+}
+
 // SpinSlow is Spin for loops whose every check is costly (a system
 // call, say): it reads the clock at each check and yields the processor
-// every 16.
+// every 16, or as YieldEvery says.
 func (sp *Spinner) SpinSlow() bool {
 	sp.n++
-	if sp.n%16 == 0 {
+	if sp.yieldDue(16) {
 		sp.doYield()
 	}
 	return sp.lasts()
@@ -109,12 +142,15 @@ func (sp *Spinner) lasts() bool {
 	return now.Before(sp.until)
 }
 
-// Done ends a spin that had a budget, telling its Adapt whether it was
-// preempted and, for a try, whether it caught its wait: ended before
-// its budget, not descheduled.
+// Done ends a spin that had a budget, telling its Adapt how often it
+// yielded, whether it was preempted and, for a try, whether it caught
+// its wait: ended before its budget, not descheduled.
 func (sp *Spinner) Done() {
 	if sp.a == nil {
 		return
+	}
+	if sp.yields > 0 {
+		sp.a.totYields.Add(int64(sp.yields))
 	}
 	switch {
 	case sp.preempted:

@@ -181,3 +181,47 @@ func TestLockedSpinnerNeverYields(t *testing.T) {
 		t.Error("WithoutYield's mark is not seen")
 	}
 }
+
+// TestYieldEverySpacesYieldsByTime: a spinner told YieldEvery(d) does
+// not yield in its first d however many checks it makes (one spinning
+// with the default yields every 2048), yields once d has passed, and
+// never more than once per d; a locked one never yields. Its Adapt
+// counts the yields.
+func TestYieldEverySpacesYieldsByTime(t *testing.T) {
+	const d = 2 * time.Millisecond
+	for _, locked := range []bool{false, true} {
+		yields := 0
+		a := &Adapt{Max: time.Hour}
+		start := time.Now()
+		sp := Until(start.Add(time.Hour), a)
+		sp.yield = func() { yields++ }
+		sp.KeepOnPreempt() // a descheduled test goroutine keeps spinning
+		sp.YieldEvery(d)
+		if locked {
+			sp.Locked()
+		}
+		for range 4 * 2048 {
+			sp.Spin()
+		}
+		if early := time.Since(start) < d; early && yields != 0 {
+			t.Fatalf("locked %v: %d yields over 8192 checks in their first %v", locked, yields, d)
+		}
+		for time.Since(start) < 3*d+d/2 {
+			sp.Spin()
+		}
+		for range 128 {
+			sp.Spin() // at least one more look at the clock
+		}
+		spun := time.Since(start)
+		sp.Done()
+		switch {
+		case locked && yields != 0:
+			t.Errorf("locked: %d yields", yields)
+		case !locked && (yields < 1 || time.Duration(yields) > spun/d):
+			t.Errorf("%d yields over %v spinning, want 1 to one per %v", yields, spun, d)
+		}
+		if got := a.Stats().Yields; got != int64(yields) {
+			t.Errorf("locked %v: Adapt counted %d yields, the spinner made %d", locked, got, yields)
+		}
+	}
+}
