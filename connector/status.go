@@ -1,6 +1,9 @@
 package connector
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvconnect/kvconnect/metadata"
@@ -115,4 +118,47 @@ func (c *Connector) Status() Status {
 		s.Problem = "closed"
 	}
 	return s
+}
+
+// PluginRingStats asks the plugin of the transport named transport what
+// its side of the shared-memory ring counted since the ring opened: the
+// batches its spinner, its sleeper and its standby took from the
+// submission queue (host.PluginRingStats; docs/DATAPATH.md, "Waking
+// up"). Status reports the host's side without asking anyone; this is a
+// call to the plugin process, bounded by ctx. A plugin restarted after a
+// crash counts from its new ring.
+//
+// Errors: ErrInvalidArgument when the node has no transport of that name
+// up; ErrNotSupported when it runs in-process, without a ring (rings
+// off, or none could open) or its plugin predates the call;
+// ErrClosed after Close; otherwise the plugin call's (ErrTimeout,
+// ErrTransportCrashed, ...).
+func (c *Connector) PluginRingStats(ctx context.Context, transport string) (host.PluginRingStats, error) {
+	c.mu.Lock()
+	closed := c.closed
+	var (
+		found bool
+		p     *host.Plugin // a restart replaces it under mu
+		names []string
+	)
+	for _, at := range c.transports {
+		names = append(names, at.name)
+		if at.name == transport {
+			found, p = true, at.plugin
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return host.PluginRingStats{}, fmt.Errorf("connector: plugin ring stats: %w", ErrClosed)
+	case !found:
+		return host.PluginRingStats{}, fmt.Errorf("connector: plugin ring stats: transport %q is not up on this node (up: %s): %w", transport, strings.Join(names, ", "), ErrInvalidArgument)
+	case p == nil:
+		return host.PluginRingStats{}, fmt.Errorf("connector: plugin ring stats: transport %s runs in-process, with no ring: %w", transport, ErrNotSupported)
+	}
+	st, err := host.PluginRingStatsOf(ctx, p)
+	if err != nil {
+		return host.PluginRingStats{}, fmt.Errorf("connector: transport %s: %w", transport, err)
+	}
+	return st, nil
 }

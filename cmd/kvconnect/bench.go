@@ -401,6 +401,9 @@ func writeRunText(out io.Writer, w bench.Workload, r bench.Result) {
 			way = "spinning"
 		}
 		fmt.Fprintf(out, "  ring           %d batches; the host's waits: %d caught spinning, %d slept; %s at the end\n", g.Batches, g.CaughtSpinning, g.Slept, way)
+		if pg := g.Plugin; pg != nil {
+			fmt.Fprintf(out, "                 the plugin took %d by its spinner, %d by its sleeper, %d by its standby\n", pg.ClaimedBySpinner, pg.ClaimedBySleeper, pg.ClaimedByStandby)
+		}
 	}
 	if r.Verify != nil {
 		fmt.Fprintf(out, "  verify         %s\n", describeVerify(*r.Verify))

@@ -209,8 +209,8 @@ func TestYieldEverySpacesYieldsByTime(t *testing.T) {
 		for time.Since(start) < 3*d+d/2 {
 			sp.Spin()
 		}
-		for range 128 {
-			sp.Spin() // at least one more look at the clock
+		for range 256 {
+			sp.Spin() // two more looks at the clock: the second sees the first's time
 		}
 		spun := time.Since(start)
 		sp.Done()

@@ -434,10 +434,14 @@ func TestPairVerify(t *testing.T) {
 		t.Fatalf("transport %s mode %s blocks %s", res.Transport, res.Mode, blocks)
 	}
 	// The measured batches, and only they, show in the ring's counts (the
-	// verifier's batches before the run do not).
+	// verifier's batches before the run do not), on the host's side and
+	// on the plugin's, which took each once.
 	if p.Initiator.C.Status().Transports[0].DataPath == "ring" {
 		if g := res.Ring; g == nil || g.Batches != res.Batches {
 			t.Fatalf("ring counts %+v for %d measured batches", g, res.Batches)
+		}
+		if pg := res.Ring.Plugin; pg == nil || pg.ClaimedBySpinner+pg.ClaimedBySleeper+pg.ClaimedByStandby != res.Batches {
+			t.Fatalf("the plugin's ring counts %+v for %d measured batches", pg, res.Batches)
 		}
 	} else if res.Ring != nil {
 		t.Fatalf("ring counts %+v without a ring", res.Ring)

@@ -81,6 +81,22 @@ func ringOf(c *connector.Connector, transport string) *host.RingStats {
 	return nil
 }
 
+// pluginRingOf is what the plugin's side of that ring counted so far,
+// nil when it cannot tell (no ring, an older plugin, a call that
+// failed): the bench line then shows the host's side alone.
+func pluginRingOf(ctx context.Context, c *connector.Connector, transport string) *host.PluginRingStats {
+	ctx, cancel := context.WithTimeout(ctx, pluginRingAsk)
+	defer cancel()
+	st, err := c.PluginRingStats(ctx, transport)
+	if err != nil {
+		return nil
+	}
+	return &st
+}
+
+// pluginRingAsk bounds the call for the plugin's ring counts.
+const pluginRingAsk = 2 * time.Second
+
 // PluginPIDs are the node's transport plugin processes.
 func (n *Node) PluginPIDs() []int {
 	var pids []int
@@ -264,6 +280,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 	warm := cnt.bytes.Load()
 	cnt.reset()
 	ringBefore := ringOf(c, in.Peer.Transport())
+	pluginBefore := pluginRingOf(ctx, c, in.Peer.Transport())
 	before, err := snapshotCPU(in.PIDs)
 	if err != nil {
 		return Result{}, nil, err
@@ -287,6 +304,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 		return Result{}, nil, err
 	}
 	ringAfter := ringOf(c, in.Peer.Transport())
+	pluginAfter := pluginRingOf(ctx, c, in.Peer.Transport())
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -299,6 +317,7 @@ func Run(ctx context.Context, in RunInput) (Result, Blocks, error) {
 		}
 	}
 	r.Ring = ringSince(ringBefore, ringAfter)
+	r.Ring.addPlugin(pluginBefore, pluginAfter)
 	r.HostCPU, r.PluginCPU = after.since(before)
 	r.HostSwitches, r.PluginSwitches = after.switchesSince(before)
 	hw, pw, idle := after.waitSince(before)

@@ -170,6 +170,30 @@ type RingResult struct {
 	CaughtSpinning uint64 `json:"caught_spinning"`
 	Slept          uint64 `json:"slept"`
 	Spinning       bool   `json:"spinning"` // at the end
+	// Plugin is the plugin's side over the same interval: who took the
+	// batches from the submission queue. Nil when the plugin could not
+	// tell (one built before the call, or the call failed).
+	Plugin *PluginRingResult `json:"plugin,omitempty"`
+}
+
+// PluginRingResult counts the batches a plugin's ring spinner (no
+// wake-up), sleeper and standby (each woken) took.
+type PluginRingResult struct {
+	ClaimedBySpinner uint64 `json:"claimed_by_spinner"`
+	ClaimedBySleeper uint64 `json:"claimed_by_sleeper"`
+	ClaimedByStandby uint64 `json:"claimed_by_standby"`
+}
+
+// addPlugin sets r's plugin side from the plugin's counts before and
+// after, leaving it nil when either is missing or went backwards (a
+// restarted plugin counts from zero). A nil r stays nil.
+func (r *RingResult) addPlugin(before, after *host.PluginRingStats) {
+	if r == nil || before == nil || after == nil || after.ClaimedBySpinner < before.ClaimedBySpinner ||
+		after.ClaimedBySleeper < before.ClaimedBySleeper || after.ClaimedByStandby < before.ClaimedByStandby {
+		return
+	}
+	r.Plugin = &PluginRingResult{ClaimedBySpinner: after.ClaimedBySpinner - before.ClaimedBySpinner,
+		ClaimedBySleeper: after.ClaimedBySleeper - before.ClaimedBySleeper, ClaimedByStandby: after.ClaimedByStandby - before.ClaimedByStandby}
 }
 
 // ringSince is the ring's counts from before to after, nil when the
