@@ -189,6 +189,11 @@ func (s *ringServer) claim(jobs []job) []job {
 	return jobs
 }
 
+// testBeforeLastLook, when a test sets it (before the ring server
+// starts), runs between the sleeper's claim of a lone batch and its last
+// look at the SQ: a host submitting in between.
+var testBeforeLastLook func()
+
 // sleeper claims submissions when no worker is spinning, sleeping on the
 // SQ's futex in between. A lone batch it runs itself, on the thread the
 // futex woke, when nothing suggests other host threads submit meanwhile
@@ -211,18 +216,24 @@ func (s *ringServer) sleeper() {
 			}
 			continue
 		}
-		s.bySleeper.Add(int64(len(jobs)))
 		if len(jobs) == 1 && s.alone() {
 			// Busy, then a last look: what the host published before it
 			// could see the sleeper busy goes to workers with this batch.
 			s.r.Store(ring.SQBusy, 1)
+			if testBeforeLastLook != nil {
+				testBeforeLastLook()
+			}
 			if jobs = s.claim(jobs); len(jobs) == 1 {
+				s.bySleeper.Add(1)
 				s.inline.Add(1)
 				s.serve(jobs[0], true)
 				continue
 			}
 			s.r.Store(ring.SQBusy, 0)
 		}
+		// Counted after the last look, which may have claimed more (and
+		// before any runs: a completion the host sees is counted).
+		s.bySleeper.Add(int64(len(jobs)))
 		s.sawConcurrency()
 		for _, j := range jobs {
 			s.wg.Add(1)

@@ -222,3 +222,50 @@ func TestWorkerSpinYieldsByTime(t *testing.T) {
 	}
 	t.Logf("%d yields over %d spins (%+v)", st.Yields, n, st)
 }
+
+// TestClaimsCountBatchesTakenAtTheLastLook: a batch the host publishes
+// between the sleeper's claim of a lone batch and its last look at the
+// SQ is claimed at that look and counted with the sleeper's claims, so
+// the claims (RingStats) add up to the batches the host sent.
+func TestClaimsCountBatchesTakenAtTheLastLook(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	l := ring.Layout{SQEntries: 32, CQEntries: 16, SlotSize: 4096, ArenaSlots: 4}
+	seg, host, served := testRing(t, l)
+	var sent atomic.Uint64
+	publish := func() {
+		id := sent.Add(1)
+		tail := host.Load(ring.SQTail)
+		ring.PutSub(host.Sub(tail), ring.Sub{Op: ring.OpBatch, NOps: 1, ID: id, Peer: 1, Area: 0})
+		host.Store(ring.SQTail, tail+1)
+	}
+	var second atomic.Bool
+	testBeforeLastLook = func() {
+		if second.CompareAndSwap(false, true) {
+			publish()
+		}
+	}
+	t.Cleanup(func() { testBeforeLastLook = nil })
+	tr := &countingTransport{}
+	s := newRingServer(tr, zaptest.NewLogger(t), seg, served, errdefs.KindNames(), nil)
+	t.Cleanup(s.stop)
+	// A lone batch to a sleeping sleeper, until one reaches its last look
+	// (the standby, starting, may take the first).
+	for round := 0; !second.Load(); round++ {
+		if round == 10 {
+			t.Fatalf("the sleeper ran no lone batch in 10 tries (sleeper %d, standby %d, spinner %d claims)", s.bySleeper.Load(), s.byStandby.Load(), s.bySpinner.Load())
+		}
+		testbin.Eventually(t, "the sleeper to sleep with no worker spinning", func() bool {
+			return served.Load(ring.SQIdle) == 1 && served.Load(ring.SQSpin) == 0
+		})
+		publish()
+		host.NotifySQ()
+		testbin.Eventually(t, "the batches' completions", func() bool { return uint64(host.Load(ring.CQTail)) == sent.Load() })
+		host.Store(ring.CQHead, host.Load(ring.CQTail))
+	}
+	n := sent.Load()
+	if got := uint64(s.bySleeper.Load() + s.bySpinner.Load() + s.byStandby.Load()); got != n || uint64(tr.n.Load()) != n {
+		t.Fatalf("claims: sleeper %d, spinner %d, standby %d for %d batches (%d run)", s.bySleeper.Load(), s.bySpinner.Load(), s.byStandby.Load(), n, tr.n.Load())
+	}
+}
