@@ -98,7 +98,7 @@ func (c *Connector) metricsStart() error {
 	m := &nodeMetrics{node: metrics.NewNode(metrics.SourceFunc(c.metricsSnapshot), metrics.Options{PeerLabels: c.cfg.MetricsPeerLabels})}
 	if addr != "" {
 		m.registry = prometheus.NewRegistry()
-		m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.registry.MustRegister(collectors.NewGoCollector(), metrics.NewProcessCollector())
 		if err := m.node.Register(m.registry); err != nil {
 			return fmt.Errorf("connector: %w", err)
 		}

@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/kvconnect/kvconnect/metrics"
 	"github.com/kvconnect/kvconnect/plugins"
 )
@@ -25,6 +28,33 @@ func BenchmarkBatchRecording(b *testing.B) {
 			for b.Loop() {
 				m.BatchStarted("tcp", "10.0.0.2:15001", n)
 				m.BatchDone("tcp", "10.0.0.2:15001", ops, res, 30*time.Microsecond)
+			}
+		})
+	}
+}
+
+// BenchmarkProcessCollector is what the process_* series cost a scrape:
+// this package's collector beside client_golang's, gathered alone.
+//
+//	go test -run '^$' -bench BenchmarkProcessCollector -count 10 ./metrics
+func BenchmarkProcessCollector(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		c    func() prometheus.Collector
+	}{
+		{"kvconnect", metrics.NewProcessCollector},
+		{"client_golang", func() prometheus.Collector {
+			return collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(tc.c())
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := reg.Gather(); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
