@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,9 +115,15 @@ func TestProcessCollectorCountsOpenFiles(t *testing.T) {
 		t.Fatalf("process_open_fds = %v, want at least stdin, stdout, stderr", base)
 	}
 	const n = 300 // more than one Readdirnames chunk
+	dir := t.TempDir()
 	var files []*os.File
+	t.Cleanup(func() {
+		for _, f := range files {
+			f.Close() // again for most: harmless
+		}
+	})
 	for i := range n {
-		f, err := os.Create(filepath.Join(t.TempDir(), "f"+string(rune('a'+i%26))))
+		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,11 +134,14 @@ func TestProcessCollectorCountsOpenFiles(t *testing.T) {
 		f.Close()
 	}
 	closed := gatherValues(t, c)["process_open_fds"]
-	// Other goroutines (the test runner's) may open a file meanwhile.
-	if open < base+n || open > base+n+8 {
+	// The runtime and earlier tests' leftovers (a finalizer, an idle HTTP
+	// connection) may open or close a descriptor meanwhile: a slack of a
+	// few, against the 300 counted.
+	const slack = 8
+	if open < base+n-slack || open > base+n+slack {
 		t.Errorf("process_open_fds = %v with %d files opened, %v before", open, n, base)
 	}
-	if closed > open-n {
+	if closed > open-n+slack {
 		t.Errorf("process_open_fds = %v after closing %d files, %v while open", closed, n, open)
 	}
 }
