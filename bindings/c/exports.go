@@ -174,12 +174,19 @@ func kvcgo_engine_status_json(h C.uint64_t) *C.char {
 		setError(err)
 		return nil
 	}
-	b, err := json.Marshal(st)
+	b, err := json.Marshal(engineStatus{Status: st, Library: currentLibraryStatus()})
 	if err != nil {
 		setError(err)
 		return nil
 	}
 	return cString(string(b))
+}
+
+// engineStatus is kvc_engine_status_json's object: the node's status,
+// and the library's.
+type engineStatus struct {
+	connector.Status
+	Library libraryStatus `json:"library"`
 }
 
 //export kvcgo_register_memory_batch

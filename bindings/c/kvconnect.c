@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "_cgo_export.h"
 #include "include/kvconnect.h"
@@ -116,12 +117,37 @@ static int refuse_forked(void) {
 	return KVC_ERR_FORKED;
 }
 
+// ---- the calling thread's turn in the Go scheduler ------------------------------
+
+// A thread that keeps calling in takes a turn through the Go scheduler once
+// per TURN_NS (turns.go says why). The first call only starts the clock: a
+// thread that calls once never needs a turn.
+#define TURN_NS 5000000ull
+
+static __thread uint64_t last_turn;
+
+static void take_turn(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (last_turn == 0) {
+		last_turn = now;
+		return;
+	}
+	if (now - last_turn < TURN_NS) return;
+	last_turn = now;
+	kvcgo_take_turn();
+}
+
+// CHECK_FORK refuses a call in a forked child, and otherwise gives the
+// calling thread its turn when one is due.
 #define CHECK_FORK(fail)          \
 	do {                          \
 		if (forked) {             \
 			refuse_forked();      \
 			return fail;          \
 		}                         \
+		take_turn();              \
 	} while (0)
 
 // ---- the API -------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvconnect.h"
@@ -39,6 +40,23 @@ static kvc_engine start(const char *plugin_dir) {
 	int rc = kvc_engine_initialize(e, "127.0.0.1", "P2PHANDSHAKE", "rdma", "");
 	CHECK(rc == 0, "initialize with rdma on a host without RDMA: %d, want 0 (fallback)", rc);
 	return e;
+}
+
+// turns reads the library's count of scheduler turns from e's status.
+static unsigned long long turns(kvc_engine e) {
+	char *status = kvc_engine_status_json(e);
+	CHECK(status != NULL, "status");
+	const char *at = strstr(status, "\"scheduler_turns\":");
+	CHECK(at != NULL, "status names the library's scheduler turns: %s", status);
+	unsigned long long n = strtoull(at + strlen("\"scheduler_turns\":"), NULL, 10);
+	kvc_free(status);
+	return n;
+}
+
+static double now_ms(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 struct worker {
@@ -158,6 +176,20 @@ int main(int argc, char **argv) {
 		pthread_join(th[i], NULL);
 		CHECK(w[i].rc == 0, "thread %d: %d", i, w[i].rc);
 	}
+
+	// A thread that keeps calling takes a turn through the Go scheduler
+	// once per 5 ms (turns.go): at least one in 50 ms of calls, never more
+	// than one per 5 ms by the same clock, and not one per call.
+	unsigned long long before = turns(a);
+	long calls = 0;
+	double t0 = now_ms(), t1;
+	do {
+		CHECK(kvc_engine_rpc_port(a) > 0, "rpc port");
+		calls++;
+	} while ((t1 = now_ms()) - t0 < 50 || calls < 1000);
+	unsigned long long took = turns(a) - before;
+	CHECK(took >= 1 && took <= 2 + (unsigned long long)((t1 - t0) / 5) && (long)took < calls,
+	      "%llu scheduler turns in %ld calls over %.1f ms: want at least 1 and at most one per 5 ms", took, calls, t1 - t0);
 
 	// fork: the child cannot use the library, and its writes to registered
 	// memory stay its own.
