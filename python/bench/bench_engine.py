@@ -16,6 +16,7 @@ of same-round ratios; the machine is named. Standard library only.
 import argparse
 import ctypes
 import json
+import resource
 import os
 import platform
 import re
@@ -29,6 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BEGIN, END = "<!-- python-bench:begin -->", "<!-- python-bench:end -->"
 BLOCK, BATCH, SMALL = 64 << 10, 128, 4096
+# vLLM's MooncakeConnector sends from num_workers (10) threads at once; a
+# request's blocks, merged where contiguous, make batches of a few ops.
+THREADS, THREAD_BATCH = 10, 16
 
 
 class Target:
@@ -76,25 +80,75 @@ def py_single(e, session, local, remote, seconds):
     return statistics.median(lat) / 1e3
 
 
-def py_batch(e, op, session, local, remote, seconds):
-    """GB/s of batch_transfer_sync_* of BATCH x BLOCK."""
+def cpu_seconds():
+    """This process's CPU time so far: the interpreter's threads and the
+    library's (the Go runtime runs in this process)."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def py_batch(e, op, session, local, remote, seconds, cpu=None):
+    """GB/s of batch_transfer_sync_* of BATCH x BLOCK; appends the
+    process's CPU per batch (us) to cpu when given."""
     srcs = [local + i * BLOCK for i in range(BATCH)]
     dsts = [remote + i * BLOCK for i in range(BATCH)]
     lens = [BLOCK] * BATCH
     fn = e.batch_transfer_sync_write if op == "write" else e.batch_transfer_sync_read
     n = 0
+    c0 = cpu_seconds()
     start = time.perf_counter()
     end = start + seconds
     while time.perf_counter() < end:
         if fn(session, srcs, dsts, lens) != 0:
             sys.exit(f"batch {op}: {e.last_error()}")
         n += 1
-    return n * BATCH * BLOCK / (time.perf_counter() - start) / 1e9
+    gbps = n * BATCH * BLOCK / (time.perf_counter() - start) / 1e9
+    if cpu is not None:
+        cpu.append((cpu_seconds() - c0) / max(n, 1) * 1e6)
+    return gbps
 
 
-def go_bench(cli, session, op, block, batch, seconds, plugin_dir):
+def py_threads(e, session, local, remote, seconds, cpu):
+    """GB/s of batch_transfer_sync_write of THREAD_BATCH x BLOCK from
+    THREADS threads at once, each on its own slice of local and remote;
+    appends the process's CPU per batch (us) to cpu."""
+    per = THREAD_BATCH * BLOCK
+    counts = [0] * THREADS
+    failed = []
+    go = threading.Event()
+    end = [0.0]
+
+    def work(i):
+        srcs = [local + i * per + j * BLOCK for j in range(THREAD_BATCH)]
+        dsts = [remote + i * per + j * BLOCK for j in range(THREAD_BATCH)]
+        lens = [BLOCK] * THREAD_BATCH
+        go.wait()
+        while time.perf_counter() < end[0]:
+            if e.batch_transfer_sync_write(session, srcs, dsts, lens) != 0:
+                failed.append(e.last_error())
+                return
+            counts[i] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    c0 = cpu_seconds()
+    start = time.perf_counter()
+    end[0] = start + seconds
+    go.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if failed:
+        sys.exit(f"batch write from {THREADS} threads: {failed[0]}")
+    n = sum(counts)
+    cpu.append((cpu_seconds() - c0) / max(n, 1) * 1e6)
+    return n * per / elapsed / 1e9
+
+
+def go_bench(cli, session, op, block, batch, seconds, plugin_dir, threads=1):
     out = subprocess.run([cli, "bench", "--mode", "initiator", "--segment-id", session, "--operation", op,
-                          "--block-size", str(block), "--batch-size", str(batch), "--threads", "1",
+                          "--block-size", str(block), "--batch-size", str(batch), "--threads", str(threads),
                           "--duration", f"{seconds}s", "--json", "--plugin-dir", plugin_dir, "--hostname",
                           "127.0.0.1"], capture_output=True, text=True, timeout=seconds + 120)
     if out.returncode != 0:
@@ -186,6 +240,10 @@ def main():
         if e.register_memory(p_addr, len(plain)) != 0:
             sys.exit(e.last_error())
         m_addr = e.allocate_managed_buffer(BATCH * BLOCK)
+        plain_t = bytearray(THREADS * THREAD_BATCH * BLOCK)
+        t_addr = addr_of(plain_t)
+        if e.register_memory(t_addr, len(plain_t)) != 0:
+            sys.exit(e.last_error())
         remote = e.get_first_buffer_address(go_t.session)
         mc_remote = 0
         if mc_t:
@@ -194,17 +252,23 @@ def main():
                 mc_remote = e.get_first_buffer_address(mc_t.session)
                 time.sleep(0.1)
         d = args.duration
-        r = {k: [] for k in ("py1", "go1", "pyw", "pyr", "mw", "mr", "gow", "gor", "mc_py1", "mc_1", "mc_1p",
-                              "mc_pyw", "mc_w", "mc_wp")}
+        r = {k: [] for k in ("py1", "go1", "pyw", "pyr", "mw", "mr", "gow", "gor", "pyt", "got", "cpu_pyw",
+                              "cpu_gow", "cpu_pyt", "cpu_got", "mc_py1", "mc_1", "mc_1p", "mc_pyw", "mc_w", "mc_wp")}
         for rnd in range(args.rounds):
             r["py1"].append(py_single(e, go_t.session, p_addr, remote, d))
             r["go1"].append(go_bench(cli, go_t.session, "write", SMALL, 1, d, binp)["batch_latency_p50_us"])
-            r["pyw"].append(py_batch(e, "write", go_t.session, p_addr, remote, d))
+            r["pyw"].append(py_batch(e, "write", go_t.session, p_addr, remote, d, r["cpu_pyw"]))
             r["mw"].append(py_batch(e, "write", go_t.session, m_addr, remote, d))
-            r["gow"].append(go_bench(cli, go_t.session, "write", BLOCK, BATCH, d, binp)["gb_per_s"])
+            g = go_bench(cli, go_t.session, "write", BLOCK, BATCH, d, binp)
+            r["gow"].append(g["gb_per_s"])
+            r["cpu_gow"].append(g["host_cpu_s"] / max(g["batches"], 1) * 1e6)
             r["pyr"].append(py_batch(e, "read", go_t.session, p_addr, remote, d))
             r["mr"].append(py_batch(e, "read", go_t.session, m_addr, remote, d))
             r["gor"].append(go_bench(cli, go_t.session, "read", BLOCK, BATCH, d, binp)["gb_per_s"])
+            r["pyt"].append(py_threads(e, go_t.session, t_addr, remote, d, r["cpu_pyt"]))
+            g = go_bench(cli, go_t.session, "write", BLOCK, THREAD_BATCH, d, binp, threads=THREADS)
+            r["got"].append(g["gb_per_s"])
+            r["cpu_got"].append(g["host_cpu_s"] / max(g["batches"], 1) * 1e6)
             if mc_t and mc_remote:
                 r["mc_py1"].append(py_single(e, mc_t.session, p_addr, mc_remote, d))
                 r["mc_1"].append(mooncake_bench(mc_bench, mc_t.session, "write", SMALL, 1, int(d), False)["mean_us"])
@@ -231,14 +295,24 @@ def main():
              f"Measured {started} on {who}: `python3 python/bench/bench_engine.py` ({n} rounds of {d:g} s per "
              "measurement, variants alternating within each round; medians, and medians of same-round ratios). "
              "Target: one Go node (`kvconnect bench --mode target`), tcp as a plugin on both sides, loopback; "
-             "1 thread.", "",
+             f"1 thread, except the row that says {THREADS}.", "",
              "| measurement | Python | Go API (same round) | Python / Go |", "|---|---:|---:|---:|",
              f"| one 4 KiB transfer_sync_write, p50 | {med(r['py1']):.1f} us | {med(r['go1']):.1f} us | "
              f"{diff('py1', 'go1'):+.1f} us, median of same-round differences (goal: at most +10 us) |",
              f"| batch_transfer_sync_write 128 x 64 KiB, plain memory | {med(r['pyw']):.2f} GB/s | "
              f"{med(r['gow']):.2f} GB/s | {ratio('pyw', 'gow'):.2f} (goal: at least 0.95) |",
              f"| batch_transfer_sync_read 128 x 64 KiB, plain memory | {med(r['pyr']):.2f} GB/s | "
-             f"{med(r['gor']):.2f} GB/s | {ratio('pyr', 'gor'):.2f} |", "",
+             f"{med(r['gor']):.2f} GB/s | {ratio('pyr', 'gor'):.2f} |",
+             f"| batch_transfer_sync_write {THREAD_BATCH} x 64 KiB from {THREADS} threads at once (vLLM's "
+             f"send threads), plain memory | {med(r['pyt']):.2f} GB/s | {med(r['got']):.2f} GB/s "
+             f"({THREADS} goroutines) | {ratio('pyt', 'got'):.2f} |", "",
+             "The initiator process's CPU per batch (Python: the interpreter and the library's Go runtime, "
+             "`getrusage`; Go: `kvconnect bench`'s `host_cpu_s`; the plugin's is apart in both):", "",
+             "| batches | Python | Go API | Python / Go |", "|---|---:|---:|---:|",
+             f"| 128 x 64 KiB WRITE, 1 thread | {med(r['cpu_pyw']):.0f} us | {med(r['cpu_gow']):.0f} us | "
+             f"{ratio('cpu_pyw', 'cpu_gow'):.2f} |",
+             f"| {THREAD_BATCH} x 64 KiB WRITE, {THREADS} threads | {med(r['cpu_pyt']):.0f} us | "
+             f"{med(r['cpu_got']):.0f} us | {ratio('cpu_pyt', 'cpu_got'):.2f} |", "",
              "| memory registered | WRITE 128 x 64 KiB | READ 128 x 64 KiB |", "|---|---:|---:|",
              f"| plain (a bytearray, moved in place) | {med(r['pyw']):.2f} GB/s | {med(r['pyr']):.2f} GB/s |",
              f"| managed (allocate_managed_buffer) | {med(r['mw']):.2f} GB/s | {med(r['mr']):.2f} GB/s |",
