@@ -44,6 +44,14 @@ type grpcServer struct {
 	pending map[uint64]chan struct{}  // tokens being mapped: later users wait
 	ring    *ringServer               // the data path's ring, once OpenRing set it up
 	closed  bool                      // Close or shutdown stopped the ring: no new one
+
+	// unmapped is set once Close or shutdown begins unmapping region
+	// memory; registrations then fail with ErrClosed. registering counts
+	// the registrations under way, which unmapAll waits for: a
+	// registration touches its memory (Populate) before the transport
+	// refuses it, and that memory must still be mapped.
+	unmapped    bool
+	registering sync.WaitGroup
 }
 
 // fileView is a file mapped once for the regions that name its token.
@@ -134,6 +142,14 @@ func (s *grpcServer) register(ctx context.Context, req *proto.RegisterRegionRequ
 	if req.Size == 0 || req.Size > shm.MaxSize {
 		return nil, fmt.Errorf("register region %d: size %d out of range: %w", req.Id, req.Size, ErrInvalidArgument)
 	}
+	s.mu.Lock()
+	if s.unmapped {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("register region %d: the transport is closed: %w", req.Id, ErrClosed)
+	}
+	s.registering.Add(1)
+	s.mu.Unlock()
+	defer s.registering.Done()
 	if req.ViewSize != 0 {
 		return s.registerInView(ctx, req)
 	}
@@ -392,7 +408,13 @@ func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.C
 	return &proto.CloseResponse{}, nil
 }
 
+// unmapAll unmaps every region's memory once the registrations under
+// way have ended; later registrations fail with ErrClosed.
 func (s *grpcServer) unmapAll() {
+	s.mu.Lock()
+	s.unmapped = true
+	s.mu.Unlock()
+	s.registering.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, seg := range s.segs {

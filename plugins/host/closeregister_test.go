@@ -1,0 +1,101 @@
+//go:build linux
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// slowRegisterTransport holds RegisterRegion until release is closed,
+// then reads the region's memory, as a transport pinning it would. Close
+// closes closing and makes later registrations fail with ErrClosed.
+type slowRegisterTransport struct {
+	memTransport
+	entered, release, closing chan struct{}
+	closeOnce                 sync.Once
+}
+
+func (s *slowRegisterTransport) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	return s.memTransport.Close(ctx)
+}
+
+func (s *slowRegisterTransport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
+	close(s.entered)
+	<-s.release
+	sum := 0
+	for _, b := range r.Mem { // faults if the plugin side unmapped it
+		sum += int(b)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("slow: region %d (sum %d): %w", r.ID, sum, errdefs.ErrClosed)
+	}
+	return s.memTransport.RegisterRegion(ctx, r)
+}
+
+// TestCloseWaitsForRegistration: Close does not unmap region memory
+// while a registration under way still uses it, and a registration that
+// starts after Close began fails with ErrClosed, not with an error about
+// the unmapped view (the CI failure of CloseDuringRegisterRegion).
+func TestCloseWaitsForRegistration(t *testing.T) {
+	for _, view := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
+			st := &slowRegisterTransport{entered: make(chan struct{}), release: make(chan struct{}), closing: make(chan struct{})}
+			tr, err := InMemory(st, "slow", zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close(context.Background())
+			ctx := context.Background()
+			if _, err := tr.Init(ctx, plugins.InitRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			seg := newSegmentNamed(t, "closereg", 2*4096)
+			mem := seg.Bytes()[:4096]
+			offset := uint64(0)
+			if view {
+				// A region that is a slice of its file is registered as a
+				// view of the file.
+				mem, offset = seg.Bytes()[4096:], 4096
+			}
+			regErr := make(chan error, 1)
+			go func() {
+				_, err := tr.RegisterRegion(ctx, plugins.Region{ID: 1, Addr: 1 << 20, Mem: mem, File: seg.File(), FileOffset: offset})
+				regErr <- err
+			}()
+			<-st.entered
+			closeErr := make(chan error, 1)
+			go func() { closeErr <- tr.Close(ctx) }()
+			<-st.closing
+			// Close has closed the transport; give it the chance to unmap
+			// before the registration reads the memory. Without the wait for
+			// registrations under way, Close returns here and the read
+			// below faults.
+			select {
+			case err := <-closeErr:
+				t.Fatalf("Close returned (%v) while a registration was still reading its region", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			close(st.release)
+			if err := <-regErr; err != nil && !errors.Is(err, errdefs.ErrClosed) {
+				t.Fatalf("the registration under way at Close: %v, want nil or ErrClosed", err)
+			}
+			if err := <-closeErr; err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		})
+	}
+}
