@@ -37,6 +37,11 @@ type grpcClient struct {
 	// ring is the shared-memory data path, once set up after Init
 	// (ring.go); nil: every batch is a Transfer call.
 	ring atomic.Pointer[ringClient]
+	// ringMu orders openRing's publishing of a ring with closeRing:
+	// once ringShut is set, a ring whose OpenRing was under way is closed
+	// instead of published (Close may run while Init is in flight).
+	ringMu   sync.Mutex
+	ringShut bool
 
 	regMu sync.Mutex // keeps fd sends and their RegisterRegion calls in order
 

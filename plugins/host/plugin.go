@@ -158,8 +158,10 @@ func (p *Plugin) Close(ctx context.Context) error {
 		case <-p.exited:
 		default:
 			err = p.grpcClient.Close(ctx)
-			if errors.Is(err, errdefs.ErrTransportCrashed) {
-				err = nil // it is going away either way
+			if errors.Is(err, errdefs.ErrTransportCrashed) || errors.Is(err, errdefs.ErrClosed) {
+				// It is going away either way: a process that died during
+				// Close is reported as closed (p.closed is set).
+				err = nil
 			}
 		}
 	}

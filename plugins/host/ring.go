@@ -184,6 +184,14 @@ func (c *grpcClient) openRing(ctx context.Context) {
 	rc := &ringClient{name: c.name, log: c.logger(), seg: seg, bell: bell, r: r, l: l, kinds: ring.NewKinds(kinds), maxOps: l.MaxOps(),
 		crashed: c.crashed, rtt: spin.NewChoosing(ring.EnvHostSpin, maxPollSpin), yield: runtime.Gosched, used: make([]uint64, (l.ArenaSlots+63)/64), pending: map[uint64]*ringBatch{},
 		space: make(chan struct{}), dead: make(chan struct{}), stopped: make(chan struct{})}
+	c.ringMu.Lock()
+	defer c.ringMu.Unlock()
+	if c.ringShut {
+		// Close ran while OpenRing was under way: the plugin has stopped
+		// its end; this one goes too, unpublished.
+		rc.close()
+		return
+	}
 	c.ring.Store(rc)
 	go rc.watch(c.exited)
 }
@@ -195,9 +203,14 @@ func (c *grpcClient) logger() *zap.Logger {
 	return c.log
 }
 
-// closeRing stops the ring, if one is open.
+// closeRing stops the ring, if one is open, and any ring whose opening
+// is under way.
 func (c *grpcClient) closeRing() {
-	if rc := c.ring.Swap(nil); rc != nil {
+	c.ringMu.Lock()
+	c.ringShut = true
+	rc := c.ring.Swap(nil)
+	c.ringMu.Unlock()
+	if rc != nil {
 		rc.close()
 	}
 }

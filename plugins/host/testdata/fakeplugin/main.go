@@ -5,6 +5,7 @@
 // peer's name; RegisterRegion answers the first bytes of the region as the
 // plugin mapped it. Transfer to peer 98 ends the process mid-batch; to
 // peer 99 it waits for its context, then fails with the context's error.
+// FAKEPLUGIN_CLOSE=exit makes Close end the process before it answers.
 package main
 
 import (
@@ -42,7 +43,12 @@ func (fake) Init(_ context.Context, req plugins.InitRequest) (plugins.InitResult
 	}
 }
 
-func (fake) Close(context.Context) error { return nil }
+func (fake) Close(context.Context) error {
+	if os.Getenv("FAKEPLUGIN_CLOSE") == "exit" {
+		os.Exit(4)
+	}
+	return nil
+}
 
 func (fake) RegisterRegion(_ context.Context, r plugins.Region) ([]byte, error) {
 	return append([]byte(nil), r.Mem[:min(len(r.Mem), 16)]...), nil

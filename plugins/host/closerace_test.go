@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
+	"github.com/kvconnect/kvconnect/internal/ring"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
@@ -98,4 +101,82 @@ func TestCloseWaitsForRegistration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldOpenRing lets OpenRing reach the plugin, then holds its answer
+// until release is closed.
+type heldOpenRing struct {
+	proto.TransportClient
+	opened, release chan struct{}
+}
+
+func (h *heldOpenRing) OpenRing(ctx context.Context, in *proto.OpenRingRequest, opts ...grpc.CallOption) (*proto.OpenRingResponse, error) {
+	resp, err := h.TransportClient.OpenRing(ctx, in, opts...)
+	close(h.opened)
+	<-h.release
+	return resp, err
+}
+
+// TestCloseDuringRingOpening: a Close that runs while Init is opening the
+// ring (the plugin has served OpenRing, its answer is on its way) leaves
+// no ring behind: the late answer's ring is closed, not published, so a
+// Transfer after Close fails at once with ErrClosed instead of waiting on
+// a ring nobody reads, and the ring's memory and doorbell are released.
+func TestCloseDuringRingOpening(t *testing.T) {
+	if !ring.Supported {
+		t.Skip("no rings on this platform (futexes are Linux's)")
+	}
+	tr, err := InMemory(&memTransport{}, "held", zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(context.Background())
+	c := clientOf(tr)
+	held := &heldOpenRing{TransportClient: c.rpc, opened: make(chan struct{}), release: make(chan struct{})}
+	c.rpc = held // before any call that uses it
+	rings := memfdsNamed("ring")
+	initErr := make(chan error, 1)
+	go func() {
+		_, err := tr.Init(context.Background(), plugins.InitRequest{})
+		initErr <- err
+	}()
+	<-held.opened
+	if err := tr.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	close(held.release)
+	if err := <-initErr; err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	if dp := DataPath(tr); dp == "ring" {
+		t.Fatalf("after Close, the transport's data path is %q: the ring opened during Close was published", dp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := make([]plugins.OpResult, 1)
+	if err := tr.Transfer(ctx, 1, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: 1, RemoteRegion: 1, Length: 1}}, res); !errors.Is(err, errdefs.ErrClosed) {
+		t.Fatalf("Transfer after Close: %v, want ErrClosed", err)
+	}
+	if n := memfdsNamed("ring"); n != rings {
+		t.Fatalf("%d ring memfds open after Close, %d before Init: the ring leaked", n, rings)
+	}
+}
+
+// TestCloseOfAPluginThatDiesClosing: a plugin process that ends during
+// Close, before it answers, has closed as far as its host is concerned:
+// Close returns nil, not an error saying the plugin was closed.
+func TestCloseOfAPluginThatDiesClosing(t *testing.T) {
+	isolate(t)
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t),
+		Env: []string{"FAKEPLUGIN_CLOSE=exit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Init(t.Context(), plugins.InitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close of a plugin that exits while closing: %v, want nil", err)
+	}
+	assertNoChildren(t)
 }
