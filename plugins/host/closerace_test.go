@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,6 +178,39 @@ func TestCloseOfAPluginThatDiesClosing(t *testing.T) {
 	}
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatalf("Close of a plugin that exits while closing: %v, want nil", err)
+	}
+	assertNoChildren(t)
+}
+
+// TestCloseOfAPluginThatStoppedAnswering: Close of a plugin that answers
+// nothing (stopped by SIGSTOP here; wedged in a driver call in the field)
+// ends within its ctx: the shutdown request go-plugin sends without a
+// time limit would otherwise hold Close forever. The process is killed
+// and reaped.
+func TestCloseOfAPluginThatStoppedAnswering(t *testing.T) {
+	isolate(t)
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Init(t.Context(), plugins.InitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, errdefs.ErrTimeout) {
+			t.Errorf("Close of a plugin that answers nothing: %v, want ErrTimeout", err)
+		}
+	case <-time.After(2 * time.Minute):
+		syscall.Kill(p.Pid(), syscall.SIGKILL)
+		t.Fatal("Close of a plugin that answers nothing still running after 2 minutes")
 	}
 	assertNoChildren(t)
 }

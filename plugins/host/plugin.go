@@ -168,12 +168,43 @@ func (p *Plugin) Close(ctx context.Context) error {
 	if p.grpcClient != nil {
 		p.closeRing() // gone with the process, if Close was not called
 	}
-	p.client.Kill()
+	p.kill(ctx)
 	p.goLog.Detach()
 	p.host.Close()
 	<-p.watchEnd
 	p.proc.removeSocketDir()
 	return err
+}
+
+// killWait bounds how long Close lets go-plugin end the process its
+// own way (a shutdown request, then up to 2 s for the process to exit,
+// then SIGKILL) when ctx has no earlier end.
+const killWait = 10 * time.Second
+
+// kill ends the plugin process. go-plugin's Kill first asks the plugin
+// to shut down over gRPC, with no time limit: a plugin that stopped
+// answering (wedged in a driver call, stopped by a signal) would hold it,
+// and Close, forever. So once ctx ends or killWait passes, the process
+// gets SIGKILL, which fails that request and lets Kill finish.
+func (p *Plugin) kill(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.client.Kill()
+	}()
+	t := time.NewTimer(killWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	p.log.Warn("the transport plugin did not shut down when asked; killing it", zap.String("path", p.path), zap.Int("pid", p.Pid()))
+	p.proc.mu.Lock()
+	_ = p.proc.killLocked()
+	p.proc.mu.Unlock()
+	<-done
 }
 
 func levelName(l *zap.Logger) string {
