@@ -83,6 +83,8 @@ var versionString = C.CString(version.Version)
 //export kvcgo_version
 func kvcgo_version() *C.char { return versionString }
 
+func init() { C.kvc__set_version(versionString) }
+
 //export kvcgo_engine_new
 func kvcgo_engine_new() C.uint64_t { return C.uint64_t(newHandle()) }
 

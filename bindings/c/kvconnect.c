@@ -152,7 +152,19 @@ static void take_turn(void) {
 
 // ---- the API -------------------------------------------------------------------
 
-const char *kvc_version(void) { return kvcgo_version(); }
+// version is the library's version, published by the Go half's init
+// (kvc__set_version): kvc_version answers from it without entering Go, so
+// it works in a forked child too, where entering Go can hang.
+static const char *volatile version;
+
+void kvc__set_version(const char *v) { version = v; }
+
+const char *kvc_version(void) {
+	const char *v = version;
+	if (v != NULL) return v;
+	if (forked) return "unknown (forked before the library started)";
+	return kvcgo_version();
+}
 
 kvc_engine kvc_engine_new(void) {
 	CHECK_FORK(0);

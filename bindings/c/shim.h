@@ -23,4 +23,8 @@ void kvc__fork_table_set(const kvc__fork_entry *entries, size_t n);
 void kvc__fork_lock(void);
 void kvc__fork_unlock(void);
 
+/* Publishes the library's version string (static) to the C half, so that
+ * kvc_version answers without entering Go: a forked child must not. */
+void kvc__set_version(const char *v);
+
 #endif

@@ -77,6 +77,19 @@ static void *work(void *arg) {
 	return NULL;
 }
 
+// keep_calling calls into the library until *stop, for forks that
+// happen while threads are inside it.
+struct caller {
+	kvc_engine e;
+	volatile int stop;
+};
+
+static void *keep_calling(void *arg) {
+	struct caller *c = arg;
+	while (!c->stop) kvc_engine_rpc_port(c->e);
+	return NULL;
+}
+
 int main(int argc, char **argv) {
 	CHECK(argc == 2, "usage: api_test PLUGIN_DIR");
 	CHECK(strlen(kvc_version()) > 0, "version");
@@ -205,6 +218,28 @@ int main(int argc, char **argv) {
 	CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "forked child saw the library refuse");
 	CHECK(src[0] == 0x5A && src[63] == 0x5A, "the child's write reached the parent's registered memory");
 	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &r, &len, 1, -1) == 0, "the parent still works after fork");
+
+	// fork while other threads are inside the library: the child's
+	// kvc_version answers without entering Go, which can hang there (the
+	// alarm ends a child that hangs).
+	struct caller busy = {a, 0};
+	pthread_t callers[2];
+	for (int i = 0; i < 2; i++) pthread_create(&callers[i], NULL, keep_calling, &busy);
+	const char *version = kvc_version();
+	for (int i = 0; i < 5; i++) {
+		pid = fork();
+		if (pid == 0) {
+			alarm(10);
+			const char *v = kvc_version();
+			_exit(v != NULL && strcmp(v, version) == 0 ? 0 : 3);
+		}
+		waitpid(pid, &wst, 0);
+		CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+		      "kvc_version in a child forked while threads call in: %s %d (want the parent's version, at once)",
+		      WIFSIGNALED(wst) ? "killed by signal" : "exit status", WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
+	}
+	busy.stop = 1;
+	for (int i = 0; i < 2; i++) pthread_join(callers[i], NULL);
 
 	// Unregister: twice is an error; the memory is ordinary again.
 	CHECK(kvc_unregister_memory(a, l) == 0, "unregister");
