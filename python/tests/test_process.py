@@ -3,6 +3,7 @@ the library started gets a clear error, never a hang; plugin processes die
 with Python, even on SIGKILL; Ctrl-C interrupts a blocking wait; threads
 share an engine."""
 
+import json
 import os
 import signal
 import subprocess
@@ -93,6 +94,69 @@ class ProcessTest(unittest.TestCase):
         self.assertIn("forked", got["err"])
         self.assertEqual(got["parent"], "pppp", "the child's write reached the parent's registered memory")
         self.assertGreater(got["port"], 0, "the parent's engine still works")
+
+    def test_copies_racing_free_and_close_never_touch_unmapped_memory(self):
+        # Threads copy into and out of a managed buffer (64 MiB copies,
+        # without the GIL) while the main thread frees it, then while it
+        # closes the engine: every copy either finishes on mapped memory
+        # or is refused, and the process does not crash.
+        out = run_python(self, """
+            import threading
+            from kvconnect import TransferEngine
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            n = 64 << 20
+            data = b'x' * n
+            counts = {'done': 0, 'refused': 0}
+            mu = threading.Lock()
+            def copier(addr, go, stop):
+                go.wait()
+                while not stop.is_set():
+                    ok = e.write_bytes_to_buffer(addr, data, n) == 0
+                    with mu:
+                        counts['done' if ok else 'refused'] += 1
+                    try:
+                        e.read_bytes_from_buffer(addr, n)
+                    except ValueError:
+                        pass
+            for last in ('free', 'close'):
+                addr = e.allocate_managed_buffer(n)
+                assert addr, e.last_error()
+                go, stop = threading.Event(), threading.Event()
+                ts = [threading.Thread(target=copier, args=(addr, go, stop)) for _ in range(2)]
+                for t in ts:
+                    t.start()
+                base = counts['done']
+                go.set()
+                while counts['done'] < base + 2:  # copies under way
+                    time.sleep(0.001)
+                rc = e.free_managed_buffer(addr, n) if last == 'free' else e.close()
+                assert rc == 0, (last, rc, e.last_error())
+                stop.set()
+                for t in ts:
+                    t.join()
+                assert e.write_bytes_to_buffer(addr, data, 16) == -1, 'a copy into freed memory was accepted'
+            print(json.dumps(counts))
+        """, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertGreaterEqual(got["done"], 4)
+
+    def test_calls_after_close_fail_as_closed(self):
+        out = run_python(self, """
+            from kvconnect import TransferEngine
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            assert e.close() == 0
+            got = {'port': e.get_rpc_port(), 'kind': e.last_error_json().get('kind'),
+                   'init': e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''), 'handle': e.get_engine_ptr(),
+                   'alloc': e.allocate_managed_buffer(4096), 'close': e.close()}
+            print(json.dumps(got))
+        """, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        # A closed engine stays closed: no call makes a new one.
+        self.assertEqual(got, {"port": -1, "kind": "closed", "init": -1, "handle": 0, "alloc": 0, "close": 0})
 
     def test_plugins_die_with_python_on_sigkill(self):
         p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent("""

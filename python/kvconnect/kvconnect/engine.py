@@ -48,6 +48,7 @@ ERR_INVALID_ARGUMENT = -1
 ERR_ADDRESS_NOT_REGISTERED = -3
 ERR_ADDRESS_OVERLAPPED = -7
 ERR_METADATA = -200
+ERR_CLOSED = -1002
 ERR_FORKED = -1005
 # A one-slot array of uint64 (the fast path's local, remote, length).
 _ONE = ctypes.c_uint64 * 1
@@ -126,6 +127,10 @@ def _attempts_text(attempts: list) -> str:
     return "\n".join(lines)
 
 
+class _EngineClosed(Exception):
+    """Raised inside the engine by a call after close()."""
+
+
 class TransferEngine:
     """Mooncake's ``mooncake.engine.TransferEngine``, backed by kvconnect.
 
@@ -138,9 +143,17 @@ class TransferEngine:
 
     def __init__(self) -> None:
         self._handle = 0
+        self._closed = False  # close() ran: no call makes a new engine
         self._lock = threading.Lock()
         self._memory = {}  # registered caller memory: address -> length
         self._managed = {}  # managed buffers: address -> length
+        # _tables guards _memory and _managed and counts the copies under
+        # way (write_bytes_to_buffer, read_bytes_from_buffer: they run
+        # without the GIL). Freeing a managed buffer and close take the
+        # memory out of the tables first, so that no new copy starts on
+        # it, then wait for the copies under way before it is unmapped.
+        self._tables = threading.Condition()
+        self._copies = 0
         self._last_error = ""
         self._last_error_json = "{}"
         # The one-op fast path (_sync1): each thread's own three one-slot
@@ -155,6 +168,8 @@ class TransferEngine:
         if self._handle:
             return self._handle
         with self._lock:
+            if self._closed:
+                raise _EngineClosed()
             if not self._handle:
                 lib = _lib.lib()
                 h = lib.kvc_engine_new()
@@ -183,6 +198,10 @@ class TransferEngine:
         except _lib.KVConnectForkedError as e:
             self._last_error, self._last_error_json = str(e), json.dumps({"code": ERR_FORKED, "kind": "forked"})
             log.error("%s", e)
+            return None
+        except _EngineClosed:
+            self._last_error = f"{name}: this engine was closed (close()); make a new TransferEngine"
+            self._last_error_json = json.dumps({"code": ERR_CLOSED, "kind": "closed", "message": self._last_error})
             return None
         return getattr(lib, name)(h, *args)
 
@@ -263,13 +282,17 @@ class TransferEngine:
         was; managed buffers are unmapped. Idempotent."""
         with self._lock:
             h, self._handle = self._handle, 0
+            self._closed = True
         if not h:
             return 0
         if _lib._forked:
             return 0  # the parent owns the engine
+        with self._tables:
+            self._memory.clear()
+            self._managed.clear()
+            while self._copies:
+                self._tables.wait()
         rc = _lib.lib().kvc_engine_close(h)
-        self._memory.clear()
-        self._managed.clear()
         return rc if rc == 0 else self._record(rc)
 
     def __enter__(self):
@@ -287,7 +310,9 @@ class TransferEngine:
 
     def get_rpc_port(self, /) -> int:
         rc = self._call("kvc_engine_rpc_port")
-        if rc is None or rc < 0:
+        if rc is None:
+            return -1  # _call recorded why
+        if rc < 0:
             return self._record(-1)
         return rc
 
@@ -307,7 +332,8 @@ class TransferEngine:
             return -1
         if rc != 0:
             return self._record(rc)
-        self._memory[int(buffer_addr)] = int(capacity)
+        with self._tables:
+            self._memory[int(buffer_addr)] = int(capacity)
         return 0
 
     def batch_register_memory(self, buffer_addresses, capacities, location=WILDCARD_LOCATION) -> int:
@@ -324,7 +350,8 @@ class TransferEngine:
             return -1
         if rc != 0:
             return self._record(rc)
-        self._memory.update(zip(addrs, lens))
+        with self._tables:
+            self._memory.update(zip(addrs, lens))
         return 0
 
     def unregister_memory(self, buffer_addr, /) -> int:
@@ -333,7 +360,8 @@ class TransferEngine:
             return -1
         if rc != 0:
             return self._record(rc)
-        self._memory.pop(int(buffer_addr), None)
+        with self._tables:
+            self._memory.pop(int(buffer_addr), None)
         return 0
 
     def batch_unregister_memory(self, buffer_addresses, /) -> int:
@@ -347,8 +375,9 @@ class TransferEngine:
             return -1
         if rc != 0:
             return self._record(rc)
-        for x in addrs:
-            self._memory.pop(x, None)
+        with self._tables:
+            for x in addrs:
+                self._memory.pop(x, None)
         return 0
 
     def allocate_managed_buffer(self, length, /) -> int:
@@ -356,21 +385,46 @@ class TransferEngine:
         addr = self._call("kvc_allocate_managed", int(length), keep_gil=True)
         if not addr:
             return self._record(0) if addr is not None else 0
-        self._managed[addr] = int(length)
+        with self._tables:
+            self._managed[addr] = int(length)
         return addr
 
     def free_managed_buffer(self, buffer_addr, length, /) -> int:
-        rc = self._call("kvc_free_managed", int(buffer_addr), keep_gil=True)
+        addr = int(buffer_addr)
+        with self._tables:
+            # No copy starts on it from here; those under way end first.
+            had = self._managed.pop(addr, None)
+            while self._copies:
+                self._tables.wait()
+        rc = self._call("kvc_free_managed", addr, keep_gil=True)
+        if rc != 0 and had is not None:
+            with self._tables:
+                self._managed[addr] = had  # still mapped
         if rc is None:
             return -1
         if rc != 0:
             return self._record(rc)
-        self._managed.pop(int(buffer_addr), None)
         return 0
+
+    def _copy_begins(self, addr: int, length: int) -> bool:
+        """Whether [addr, addr+length) lies in memory registered with (or
+        allocated by) this engine; if so, a copy on it is counted under
+        way until _copy_ends."""
+        with self._tables:
+            if not self._owned(addr, length):
+                return False
+            self._copies += 1
+            return True
+
+    def _copy_ends(self) -> None:
+        with self._tables:
+            self._copies -= 1
+            if not self._copies:
+                self._tables.notify_all()
 
     def _owned(self, addr: int, length: int) -> bool:
         """Whether [addr, addr+length) lies in memory registered with (or
-        allocated by) this engine."""
+        allocated by) this engine. The caller holds _tables."""
         for table in (self._memory, self._managed):
             starts = sorted(table)
             i = bisect.bisect_right(starts, addr) - 1
@@ -387,11 +441,14 @@ class TransferEngine:
         if length < 0 or length > len(data):
             self._last_error = f"write_bytes_to_buffer: length {length} but {len(data)} bytes given"
             return -1
-        if not self._owned(dest, length):
+        if not self._copy_begins(dest, length):
             self._last_error = (f"write_bytes_to_buffer: [0x{dest:x}, +{length}) is not in memory registered with or "
                                 "allocated by this engine")
             return -1
-        ctypes.memmove(dest, data, length)
+        try:
+            ctypes.memmove(dest, data, length)
+        finally:
+            self._copy_ends()
         return 0
 
     def read_bytes_from_buffer(self, source_address, length, /) -> bytes:
@@ -399,10 +456,13 @@ class TransferEngine:
         registered with or allocated by this engine (else ValueError: a
         read elsewhere could crash the process)."""
         src, length = int(source_address), int(length)
-        if length < 0 or not self._owned(src, length):
+        if length < 0 or not self._copy_begins(src, length):
             raise ValueError(f"read_bytes_from_buffer: [0x{src:x}, +{length}) is not in memory registered with or "
                              "allocated by this engine")
-        return ctypes.string_at(src, length)
+        try:
+            return ctypes.string_at(src, length)
+        finally:
+            self._copy_ends()
 
     # ---- transfers -------------------------------------------------------
 
