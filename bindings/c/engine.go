@@ -277,17 +277,29 @@ func (e *engine) unregister(addrs []uint64) error {
 	}
 	e.regMu.Unlock()
 	var errs []error
-	for _, r := range regions {
+	for i, r := range regions {
 		ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 		if err := r.Free(ctx); err != nil {
 			errs = append(errs, err)
+			e.keep(e.memory, addrs[i], r)
 		}
 		cancel()
 	}
 	if err := errors.Join(errs...); err != nil {
-		return codeErr(codeOf(err), fmt.Errorf("kvconnect: unregister memory: %w", err))
+		return codeErr(codeOf(err), fmt.Errorf("kvconnect: unregister memory: %w (what could not be freed stays registered: unregister it again once the transfers on it end)", err))
 	}
 	return nil
+}
+
+// keep puts back a region whose Free failed (transfers still use it: it
+// stays mapped and shared), so that a later call can free it and a
+// forked child still gets its private copy.
+func (e *engine) keep(table map[uint64]*connector.Region, addr uint64, r *connector.Region) {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	if _, taken := table[addr]; !taken {
+		table[addr] = r
+	}
 }
 
 func (e *engine) allocate(n uint64) (uint64, error) {
@@ -324,7 +336,8 @@ func (e *engine) freeManaged(addr uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	if err := r.Free(ctx); err != nil {
-		return codeErr(codeOf(err), err)
+		e.keep(e.managed, addr, r)
+		return codeErr(codeOf(err), fmt.Errorf("kvconnect: free managed buffer: %w (it stays allocated: free it again once the transfers on it end)", err))
 	}
 	return nil
 }

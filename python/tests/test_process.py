@@ -239,6 +239,57 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(got["rc"], -1, stderr)
         self.assertEqual(got["kind"], "timeout", got["err"])
 
+    def test_unregister_that_times_out_can_be_retried(self):
+        # A batch with a long timeout of its own holds the memory while its
+        # peer hangs; unregister gives up after the engine's timeout (2 s)
+        # and the memory stays registered, so unregistering again once the
+        # peer runs again and the batch has ended frees it.
+        session, region, node = support.serve(self)
+        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
+        r = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
+            from kvconnect import TransferEngine, _lib
+            os.environ['MC_TRANSFER_TIMEOUT'] = '2'
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            buf = bytearray(1 << 20)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            assert e.register_memory(addr, len(buf)) == 0
+            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
+            print('ready', flush=True)
+            sys.stdin.readline()
+            l, n = _lib.u64_array([addr])
+            rr, _ = _lib.u64_array([{region}])
+            ln, _ = _lib.u64_array([1 << 20])
+            bid = e._call('kvc_batch_submit', {session!r}.encode(), 1, l, rr, ln, n, 6000)
+            assert bid, e.last_error()
+            first = e.unregister_memory(addr)
+            kind = e.last_error_json().get('kind')
+            print(json.dumps({{'first': first, 'kind': kind}}), flush=True)
+            sys.stdin.readline()  # the node runs again
+            lib = _lib.lib()
+            while lib.kvc_batch_wait(e.get_engine_ptr(), bid, 200, None, 0) == 0:
+                pass
+            lib.kvc_batch_free(e.get_engine_ptr(), bid)
+            second = e.unregister_memory(addr)
+            print(json.dumps({{'second': second, 'err': e.last_error()}}), flush=True)
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(r.kill)
+        self.assertEqual(r.stdout.readline().strip(), "ready")
+        support.stop_group(node.p.pid)  # the node hangs: the batch holds the memory until its own timeout
+        r.stdin.write("go\n")
+        r.stdin.flush()
+        line = r.stdout.readline()
+        if not line:
+            self.fail(r.communicate(timeout=60)[1][-4000:])
+        got = json.loads(line)
+        self.assertEqual((got["first"], got["kind"]), (-1, "timeout"))
+        os.killpg(node.p.pid, signal.SIGCONT)  # the op in the plugin ends, and with it the batch
+        r.stdin.write("go\n")
+        r.stdin.flush()
+        stdout, stderr = r.communicate(timeout=120)
+        got = json.loads(stdout.strip().splitlines()[-1])
+        self.assertEqual(got["second"], 0, got["err"])
+
 
 if __name__ == "__main__":
     unittest.main()
