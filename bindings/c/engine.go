@@ -204,8 +204,8 @@ func (e *engine) close() error {
 	if e.closed {
 		return nil
 	}
-	e.closed = true
 	e.regMu.Lock()
+	e.closed = true // under both locks: submit reads it under regMu
 	for id, b := range e.batches {
 		b.cancel()
 		delete(e.batches, id)

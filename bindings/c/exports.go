@@ -19,6 +19,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -120,6 +121,9 @@ func kvcgo_engine_initialize_ext(h C.uint64_t, host, meta, proto, dev, metaType 
 //export kvcgo_engine_close
 func kvcgo_engine_close(h C.uint64_t) C.int {
 	e, err := lookup(uint64(h))
+	if errors.Is(err, connector.ErrClosed) {
+		return 0 // closed already: idempotent
+	}
 	if err != nil {
 		return fail(err)
 	}

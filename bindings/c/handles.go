@@ -33,6 +33,10 @@ func lookup(h uint64) (*engine, error) {
 	if e := engines[h]; e != nil {
 		return e, nil
 	}
+	if h != 0 && h <= nextEngine {
+		// Handles are never reused: this one named an engine since closed.
+		return nil, codeErr(codeClosed, fmt.Errorf("kvconnect: engine handle %d: the engine was closed: %w", h, connector.ErrClosed))
+	}
 	return nil, codeErr(codeInvalidArgument, errUnknownEngine(h))
 }
 
@@ -84,5 +88,5 @@ func managedEntry(r *connector.Region) []forkEntry {
 }
 
 func errUnknownEngine(h uint64) error {
-	return fmt.Errorf("kvconnect: engine handle %d: no such engine (never created, or closed): %w", h, connector.ErrInvalidArgument)
+	return fmt.Errorf("kvconnect: engine handle %d: no such engine (never created by kvc_engine_new): %w", h, connector.ErrInvalidArgument)
 }

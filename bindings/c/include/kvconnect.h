@@ -136,7 +136,8 @@ int kvc_engine_initialize_ext(kvc_engine e, const char *local_hostname, const ch
 
 /* Stops the engine: work in flight fails, plugin processes end, registered
  * memory goes back to the caller as it was, managed memory is unmapped.
- * Idempotent; the handle is invalid afterwards. */
+ * Idempotent (closing again returns 0); calls with the handle afterwards
+ * return KVC_ERR_CLOSED (handles are never reused). */
 int kvc_engine_close(kvc_engine e);
 
 /* The engine's RPC (handshake) port, or a negative code. */

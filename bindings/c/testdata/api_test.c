@@ -103,7 +103,9 @@ int main(int argc, char **argv) {
 	CHECK(kvc_engine_rpc_port(bad) == KVC_ERR_NOT_INITIALIZED, "rpc port before initialize");
 	CHECK(kvc_register_memory(bad, 4096, 10) == KVC_ERR_NOT_INITIALIZED, "register before initialize");
 	CHECK(kvc_engine_close(bad) == 0, "close an uninitialized engine");
-	CHECK(kvc_engine_close(bad) == KVC_ERR_INVALID_ARGUMENT, "close twice: the handle is gone");
+	CHECK(kvc_engine_close(bad) == 0, "close twice: idempotent");
+	CHECK(kvc_engine_rpc_port(bad) == KVC_ERR_CLOSED, "a closed engine's handle says closed");
+	CHECK(kvc_engine_rpc_port(bad + 1000) == KVC_ERR_INVALID_ARGUMENT, "a handle never made is invalid");
 	CHECK(kvc_engine_rpc_port(987654) == KVC_ERR_INVALID_ARGUMENT, "unknown handle");
 
 	// Strict mode: nothing can start, the full diagnosis comes back.
@@ -250,7 +252,7 @@ int main(int argc, char **argv) {
 	CHECK(kvc_free_managed(b, theirs) == KVC_ERR_ADDRESS_NOT_REGISTERED, "free managed twice");
 
 	CHECK(kvc_engine_close(a) == 0 && kvc_engine_close(b) == 0, "close");
-	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &r, &len, 1, -1) == KVC_ERR_INVALID_ARGUMENT, "use after close");
+	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &r, &len, 1, -1) == KVC_ERR_CLOSED, "use after close");
 	src[1] = 2; // the caller's memory is still its own
 	free(mine);
 	kvc_free(peer);
