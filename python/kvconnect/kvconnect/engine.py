@@ -252,13 +252,20 @@ class TransferEngine:
         if rc is None:
             return -1
         if rc != 0:
-            self._record()
-            diag = self.last_error_json()
+            # This thread's error, read from the library (per thread), not
+            # back from the engine's fields, which another thread's failure
+            # may have replaced meanwhile.
+            text, js = _lib.last_error(), _lib.last_error_json()
+            try:
+                diag = json.loads(js or "{}")
+            except ValueError:
+                diag = {}
             attempts = _attempts_text(diag.get("attempts") or [])
             if attempts:
-                self._last_error = (f"{self._last_error}\nEvery transport tried:\n{attempts}")
+                text = f"{text}\nEvery transport tried:\n{attempts}"
+            self._last_error, self._last_error_json = text, js
             log.error("kvconnect: the transfer engine could not start (protocol %r, device_name %r): %s",
-                      protocol, device_name, self._last_error)
+                      protocol, device_name, text)
             return -1
         self._report_fallback(protocol)
         return 0
