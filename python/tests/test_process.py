@@ -240,8 +240,8 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(got["kind"], "timeout", got["err"])
 
     def test_unregister_that_times_out_can_be_retried(self):
-        # A batch with a long timeout of its own holds the memory while its
-        # peer hangs; unregister gives up after the engine's timeout (2 s)
+        # A batch (a READ) with a long timeout of its own holds the memory
+        # while its peer hangs; unregister gives up after the engine's timeout (2 s)
         # and the memory stays registered, so unregistering again once the
         # peer runs again and the batch has ended frees it.
         session, region, node = support.serve(self)
@@ -260,7 +260,10 @@ class ProcessTest(unittest.TestCase):
             l, n = _lib.u64_array([addr])
             rr, _ = _lib.u64_array([{region}])
             ln, _ = _lib.u64_array([1 << 20])
-            bid = e._call('kvc_batch_submit', {session!r}.encode(), 1, l, rr, ln, n, 6000)
+            # A READ: its op waits to write the peer's answer into the
+            # memory, which a hung peer never sends (a WRITE may be done
+            # with the memory once its bytes sit in socket buffers).
+            bid = e._call('kvc_batch_submit', {session!r}.encode(), 0, l, rr, ln, n, 6000)
             assert bid, e.last_error()
             first = e.unregister_memory(addr)
             kind = e.last_error_json().get('kind')
