@@ -9,3 +9,11 @@ func SetRestartBackoff(d []time.Duration) func() {
 	restartBackoff = d
 	return func() { restartBackoff = old }
 }
+
+// SetCloseTimeout replaces the bound on closing one transport for a test
+// and returns a function that puts it back.
+func SetCloseTimeout(d time.Duration) func() {
+	old := closeTimeout
+	closeTimeout = d
+	return func() { closeTimeout = old }
+}

@@ -105,12 +105,19 @@ func (c *Connector) closeTransports(ctx context.Context) error {
 }
 
 // closeTimeout bounds closing a transport; a plugin that does not answer
-// in time is killed.
-const closeTimeout = 10 * time.Second
+// in time is killed. A variable for tests.
+var closeTimeout = 10 * time.Second
 
-// closeBounded closes tr within closeTimeout (or ctx's earlier deadline).
+// closeBounded closes tr within closeTimeout or ctx's earlier deadline.
+// ctx's cancellation alone does not cut the close short: a canceled
+// caller (Ctrl-C) still gets its transports closed in order, within
+// closeTimeout.
 func closeBounded(ctx context.Context, tr plugins.Transport) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	d := closeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
 	return tr.Close(ctx)
 }
