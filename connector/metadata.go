@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -70,8 +71,18 @@ func (c *Connector) startPublishing(ctx context.Context) {
 				return
 			case <-c.meta.dirty:
 			}
+			// Shutdown does not wait for a publish to a slow or unreachable
+			// service: closing ends it (closing the service then waits for
+			// it, and deletes the keys within Shutdown's ctx).
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
-			if err := c.publish(ctx); err != nil {
+			go func() {
+				select {
+				case <-c.closing:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			if err := c.publish(ctx); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 				c.log.Warn("publishing this node's descriptor failed; it is written when the metadata service answers again", zap.Error(err))
 			}
 			cancel()

@@ -3,6 +3,10 @@ package connector_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/metadata"
 )
 
 // TestShutdownHonoursItsDeadlineWithAWedgedPlugin: Shutdown of a node
@@ -47,5 +52,59 @@ func TestShutdownHonoursItsDeadlineWithAWedgedPlugin(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the wedged plugin process %d is still there after Shutdown (kill -0: %v)", pid, err)
+	}
+}
+
+// TestShutdownCutsAPublishInFlight: a descriptor publish to a metadata
+// service that does not answer (its PUT hangs; connect_timeout made 10
+// minutes) does not hold Shutdown: closing ends the publish, and
+// Shutdown still deletes the node's keys.
+func TestShutdownCutsAPublishInFlight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := metadata.NewServer(metadata.ServerOptions{Path: "/metadata"})
+	var hang atomic.Bool
+	hanging := make(chan struct{})
+	var once sync.Once
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() && r.Method == http.MethodPut {
+			once.Do(func() { close(hanging) })
+			<-r.Context().Done() // until the client gives up
+			return
+		}
+		srv.ServeHTTP(w, r)
+	})}
+	go hs.Serve(ln)
+	defer hs.Close()
+	ctx := context.Background()
+	c, err := connector.New(ctx, connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), ConnectTimeout: 10 * time.Minute,
+		Metadata: "http://" + ln.Addr().String() + "/metadata"}, connector.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Stats().Entries; n == 0 {
+		t.Fatal("the node published nothing")
+	}
+	hang.Store(true)
+	if _, err := c.Alloc(ctx, 4096); err != nil { // the descriptor changes: a publish, which hangs
+		t.Fatal(err)
+	}
+	<-hanging
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Shutdown(sctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Shutdown with a publish in flight: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Shutdown still running after 2 minutes: it waits for the hanging publish")
+	}
+	if n := srv.Stats().Entries; n != 0 {
+		t.Errorf("%d keys left in the metadata service after Shutdown, want 0", n)
 	}
 }
