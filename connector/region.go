@@ -177,12 +177,21 @@ func (r *Region) Free(ctx context.Context) error {
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil // Shutdown releases it (or did)
+	}
 	_, registered := c.regions[r.id]
 	_, draining := c.draining[r.id]
 	delete(c.regions, r.id)
+	// Shutdown waits for a Free under way, then releases what it left
+	// draining: a deregistration that Shutdown's closing of the
+	// transports cuts off leaves nothing mapped.
+	c.wg.Add(1)
 	c.mu.Unlock()
+	defer c.wg.Done()
 	if !registered && !draining {
-		return nil // already freed, or released by Close
+		return nil // already freed
 	}
 	if registered {
 		c.republish()

@@ -87,6 +87,17 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 	go func() { c.wg.Wait(); close(waited) }()
 	select {
 	case <-waited:
+		// A Free under way during the sweep above may have left its
+		// region draining since.
+		c.mu.Lock()
+		late := c.draining
+		c.draining = map[RegionID]*Region{}
+		c.mu.Unlock()
+		if !inProcessFailed {
+			for _, r := range late {
+				r.release()
+			}
+		}
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("connector: shutdown left batches or plugin restarts running: %w", contextError(ctx.Err())))
 	}
