@@ -47,6 +47,12 @@ func testCallsBeforeInit(t *testing.T, h Harness) {
 	if _, err := n.T.Connect(ctx, plugins.PeerInfo{Name: "x", Endpoint: []byte("127.0.0.1:1")}); !errors.Is(err, plugins.ErrNotInitialized) {
 		t.Errorf("Connect before Init: %v, want ErrNotInitialized", err)
 	}
+	if err := n.T.DeregisterRegion(ctx, 1); !errors.Is(err, plugins.ErrNotInitialized) {
+		t.Errorf("DeregisterRegion before Init: %v, want ErrNotInitialized", err)
+	}
+	if err := n.T.Disconnect(ctx, 1); !errors.Is(err, plugins.ErrNotInitialized) {
+		t.Errorf("Disconnect before Init: %v, want ErrNotInitialized", err)
+	}
 	res := make([]plugins.OpResult, 1)
 	err := n.T.Transfer(ctx, 1, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: 1, RemoteRegion: 1, Length: 1}}, res)
 	if !errors.Is(err, plugins.ErrNotInitialized) || !errors.Is(res[0].Err, plugins.ErrNotInitialized) {
@@ -87,6 +93,12 @@ func testInitAfterClose(t *testing.T, h Harness) {
 	defer m.seg.Close()
 	if _, err := n.T.RegisterRegion(ctx, m.region()); !errors.Is(err, plugins.ErrClosed) {
 		t.Fatalf("RegisterRegion after Close: %v, want ErrClosed", err)
+	}
+	if err := n.T.DeregisterRegion(ctx, m.ID); !errors.Is(err, plugins.ErrClosed) {
+		t.Errorf("DeregisterRegion after Close: %v, want ErrClosed", err)
+	}
+	if err := n.T.Disconnect(ctx, 1); !errors.Is(err, plugins.ErrClosed) {
+		t.Errorf("Disconnect after Close: %v, want ErrClosed", err)
 	}
 	if _, err := n.T.Info(ctx); err != nil {
 		t.Fatalf("Info after Close: %v", err)

@@ -249,6 +249,10 @@ func (p *mcPeer) transfer(ctx context.Context, ops []plugins.Op, results []plugi
 		}
 		e, local, err := t.regions.Resolve(uint64(op.LocalRegion), op.LocalOffset, op.Length)
 		if err != nil {
+			if t.guard.Closed() {
+				// the regions went away because the transport closed
+				err = fmt.Errorf("tcp: transport closed: %w", plugins.ErrClosed)
+			}
 			results[i].Err = fmt.Errorf("tcp: local side of op %d: %w", i, err)
 			continue
 		}

@@ -110,19 +110,21 @@ func (t *Transport) Init(ctx context.Context, req plugins.InitRequest) (plugins.
 		t.guard.EndInit(Name, false)
 		return plugins.InitResult{}, ie
 	}
-	t.mu.Lock()
-	if err := t.guard.EndInit(Name, true); err != nil {
-		t.mu.Unlock()
-		ln.Close() // Close came while Init ran
-		return plugins.InitResult{}, err
-	}
 	if req.Auth != nil && opts.Mooncake {
 		// Mooncake peers cannot authenticate.
 		opts.Mooncake = false
 		t.log.Info("tcp: Mooncake's TCP protocol is off: authentication is on and Mooncake peers cannot authenticate")
 	}
+	t.mu.Lock()
+	// Before the transport is up: calls that pass the guard read these
+	// without the lock.
 	t.opts = opts
 	t.auth = req.Auth
+	if err := t.guard.EndInit(Name, true); err != nil {
+		t.mu.Unlock()
+		ln.Close() // Close came while Init ran
+		return plugins.InitResult{}, err
+	}
 	t.ln = ln
 	t.order.listen(ln)
 	t.wg.Add(2)
@@ -212,6 +214,9 @@ func halfway(now, deadline time.Time) time.Time {
 
 // DeregisterRegion waits for ops on the region to end, then forgets it.
 func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) error {
+	if err := t.guard.Up(Name); err != nil {
+		return err
+	}
 	if err := t.regions.Remove(ctx, uint64(id)); err != nil {
 		return fmt.Errorf("tcp: deregister: %w", err)
 	}
@@ -257,6 +262,9 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 
 // Disconnect closes a peer; ops in flight to it fail with ErrClosed.
 func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
+	if err := t.guard.Up(Name); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	p, ok := t.peers[id]
 	delete(t.peers, id)

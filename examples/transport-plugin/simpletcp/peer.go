@@ -74,6 +74,9 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 
 // Disconnect closes a peer; its ops in flight fail.
 func (t *Transport) Disconnect(_ context.Context, id plugins.PeerID) error {
+	if err := t.guard.Up(Name); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	p, ok := t.peers[id]
 	delete(t.peers, id)
