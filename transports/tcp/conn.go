@@ -478,6 +478,11 @@ type peer struct {
 	nconns int          // len(conns), fixed
 	redial []sync.Mutex // one redial at a time per slot
 
+	// stopDials ends when the peer closes: dials under way (a redial's
+	// connect or authentication) end with it rather than hold Close.
+	stopDials context.Context
+	endDials  context.CancelFunc
+
 	mu        sync.Mutex
 	conns     []*conn
 	closed    error
@@ -500,8 +505,9 @@ func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 	if name == "" {
 		name = addr
 	}
+	stop, end := context.WithCancel(context.Background())
 	return &peer{t: t, id: id, name: name, addr: addr, nconns: t.opts.Connections, rtt: spin.NewChoosing(EnvLoneSpin, maxLoneSpin),
-		conns: make([]*conn, t.opts.Connections), redial: make([]sync.Mutex, t.opts.Connections)}
+		conns: make([]*conn, t.opts.Connections), redial: make([]sync.Mutex, t.opts.Connections), stopDials: stop, endDials: end}
 }
 
 func (p *peer) brokenErr(dir string, err error) error {
@@ -517,16 +523,39 @@ func (p *peer) brokenErr(dir string, err error) error {
 }
 
 func (p *peer) dial(ctx context.Context) (*conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.stopDials, cancel)()
 	d := net.Dialer{Timeout: time.Duration(p.t.opts.ConnectTimeout), KeepAlive: 15 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
+		if closed := p.closedErr(); closed != nil {
+			return nil, closed
+		}
 		return nil, fmt.Errorf("tcp: dial peer %s at %s: %v: %w", p.name, p.addr, err, plugins.ErrPeerUnreachable)
 	}
-	if err := p.t.prove(ctx, nc); err != nil {
+	// The authentication reads and writes under deadlines; the peer's
+	// closing (or ctx's end) cuts it short.
+	interrupt := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	err = p.t.prove(ctx, nc)
+	if !interrupt() && err == nil {
+		err = fmt.Errorf("tcp: authenticating the data connection: %w", plugins.ContextError(ctx.Err()))
+	}
+	if err != nil {
 		nc.Close()
+		if closed := p.closedErr(); closed != nil {
+			return nil, closed
+		}
 		return nil, fmt.Errorf("tcp: peer %s at %s: %w", p.name, p.addr, err)
 	}
 	return newConn(p, nc), nil
+}
+
+// closedErr is why the peer closed, or nil.
+func (p *peer) closedErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // dialAll opens every connection slot; it fails if any dial fails.
@@ -642,6 +671,7 @@ func (p *peer) close(err error) {
 	conns := p.conns
 	p.conns = make([]*conn, len(conns))
 	p.mu.Unlock()
+	p.endDials()
 	for _, c := range conns {
 		if c != nil {
 			c.close(err)
