@@ -277,6 +277,10 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 // Disconnect forgets a peer; its ops in flight fail with ErrClosed.
 func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 	t.mu.Lock()
+	if err := t.guard.Up(Name); err != nil {
+		t.mu.Unlock()
+		return err
+	}
 	p, ok := t.peers[id]
 	delete(t.peers, id)
 	f := t.fab

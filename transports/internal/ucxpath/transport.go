@@ -453,6 +453,10 @@ func (t *Transport) Connect(ctx context.Context, info plugins.PeerInfo) (plugins
 // complete, on lanes that flush them on close).
 func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
 	t.mu.Lock()
+	if err := t.guard.Up(t.v.Name); err != nil {
+		t.mu.Unlock()
+		return err
+	}
 	p, ok := t.peers[id]
 	delete(t.peers, id)
 	l := t.lp
