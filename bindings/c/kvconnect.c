@@ -4,11 +4,16 @@
 // Go runtime does not survive fork), then calls its Go implementation
 // (kvcgo_*, exports.go).
 
+#define _GNU_SOURCE // mremap
+#include <linux/futex.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "_cgo_export.h"
 #include "include/kvconnect.h"
@@ -88,24 +93,84 @@ void kvc__fork_table_set(const kvc__fork_entry *entries, size_t n) {
 	fork_n = n;
 }
 
-static void before_fork(void) { pthread_mutex_lock(&fork_mu); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&fork_mu); }
+// fork_gate is a word of memory shared with every child: a child forked
+// while entries exist sets it once it has its private copies of the
+// entries' edge pages, and the parent's fork returns only then (bounded
+// by FORK_GATE_NS). NULL if the page could not be made.
+static uint32_t *fork_gate;
+#define FORK_GATE_NS 1000000000ll
+#define PAGE 4096ull
+
+static long futex(uint32_t *w, int op, uint32_t v, const struct timespec *t) {
+	return syscall(SYS_futex, w, op, v, t, NULL, 0);
+}
+
+static void before_fork(void) {
+	pthread_mutex_lock(&fork_mu);
+	if (fork_gate != NULL) __atomic_store_n(fork_gate, 0, __ATOMIC_RELEASE);
+}
+
+// The parent waits for its child's copies (after_fork_child): until then
+// nothing in this thread touches the pages the child copies (other
+// threads could; a Python program's others wait for the GIL this one
+// holds).
+static void after_fork_parent(void) {
+	if (fork_n > 0 && fork_gate != NULL) {
+		struct timespec start, now;
+		clock_gettime(CLOCK_MONOTONIC, &start);
+		while (__atomic_load_n(fork_gate, __ATOMIC_ACQUIRE) == 0) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			long long left = FORK_GATE_NS - ((now.tv_sec - start.tv_sec) * 1000000000ll + (now.tv_nsec - start.tv_nsec));
+			if (left <= 0) break; // the child died or stalls: go on
+			struct timespec t = {left / 1000000000ll, left % 1000000000ll};
+			futex(fork_gate, FUTEX_WAIT, 0, &t);
+		}
+	}
+	pthread_mutex_unlock(&fork_mu);
+}
+
+// private_copy replaces [a, b) with a private anonymous copy of what it
+// holds now.
+static void private_copy(uint64_t a, uint64_t b) {
+	size_t n = (size_t)(b - a);
+	void *tmp = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (tmp == MAP_FAILED) return;
+	memcpy(tmp, (void *)(uintptr_t)a, n);
+	if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)a) == MAP_FAILED) munmap(tmp, n);
+}
 
 // In the child, memory the parent shares with its transports (registered
-// caller memory moved into shared memory, managed buffers) becomes a
-// private copy-on-write mapping of the same pages, as fork gives ordinary
-// memory: the child's writes never reach the parent or its peers.
+// caller memory moved into shared memory, managed buffers) becomes private,
+// as fork gives ordinary memory: the child's writes never reach the parent
+// or its peers. An entry's first and last pages are copied at once: they
+// may hold the parent's other data (a heap's bookkeeping beside a
+// registered buffer), which must be as it was at the fork, not as the
+// parent goes on changing it. The pages between become a private
+// copy-on-write mapping of the same file (no copy, whatever their size).
 static void after_fork_child(void) {
 	forked = 1;
 	for (size_t i = 0; i < fork_n; i++) {
 		kvc__fork_entry *e = &fork_table[i];
-		mmap((void *)(uintptr_t)e->start, e->end - e->start, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_FIXED, e->fd, (off_t)e->offset);
+		uint64_t lo = e->start, hi = e->end;
+		uint64_t head = lo + PAGE < hi ? lo + PAGE : hi;
+		uint64_t tail = hi - PAGE > head ? hi - PAGE : head;
+		private_copy(lo, head);
+		if (tail > head) {
+			mmap((void *)(uintptr_t)head, tail - head, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, e->fd,
+			     (off_t)(e->offset + (head - lo)));
+		}
+		if (hi > tail) private_copy(tail, hi);
+	}
+	if (fork_gate != NULL) {
+		__atomic_store_n(fork_gate, 1, __ATOMIC_RELEASE);
+		futex(fork_gate, FUTEX_WAKE, 1, NULL);
 	}
 	pthread_mutex_unlock(&fork_mu);
 }
 
 __attribute__((constructor)) static void kvc_init(void) {
+	void *gate = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (gate != MAP_FAILED) fork_gate = gate;
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 

@@ -221,6 +221,28 @@ int main(int argc, char **argv) {
 	CHECK(src[0] == 0x5A && src[63] == 0x5A, "the child's write reached the parent's registered memory");
 	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &r, &len, 1, -1) == 0, "the parent still works after fork");
 
+	// fork: a byte beside the registered buffer on its first page (the
+	// heap's, not the buffer's: src is never page aligned, malloc's
+	// alignment plus 123) is in the child as it was at the fork, whatever
+	// the parent writes there after fork returns.
+	unsigned char *beside = src - 1;
+	CHECK(((uintptr_t)beside & ~(uintptr_t)4095) == ((uintptr_t)src & ~(uintptr_t)4095), "src's byte before is on its page");
+	*beside = 0x11;
+	int gate[2];
+	CHECK(pipe(gate) == 0, "pipe");
+	pid = fork();
+	if (pid == 0) {
+		char c;
+		_exit(read(gate[0], &c, 1) == 1 && *beside == 0x11 ? 0 : 4);
+	}
+	*beside = 0x22;
+	CHECK(write(gate[1], "x", 1) == 1, "pipe write");
+	waitpid(pid, &wst, 0);
+	CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+	      "the child saw the parent's write after the fork beside its registered buffer (status %d)", wst);
+	close(gate[0]);
+	close(gate[1]);
+
 	// fork while other threads are inside the library: the child's
 	// kvc_version answers without entering Go, which can hang there (the
 	// alarm ends a child that hangs).
