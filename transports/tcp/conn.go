@@ -512,10 +512,7 @@ func newPeer(t *Transport, id plugins.PeerID, name, addr string) *peer {
 
 func (p *peer) brokenErr(dir string, err error) error {
 	if errors.Is(err, net.ErrClosed) {
-		p.mu.Lock()
-		closed := p.closed
-		p.mu.Unlock()
-		if closed != nil {
+		if closed := p.closedErr(); closed != nil {
 			return closed
 		}
 	}
