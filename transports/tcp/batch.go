@@ -23,11 +23,19 @@ type batch struct {
 }
 
 // opState tracks one op split into chunks.
+//
+// remaining counts what the op still waits for: one answer per chunk
+// (its response, or its failure), plus one per WRITE chunk a writer has
+// taken and not finished writing (conn.take, conn.write). A peer may
+// answer a WRITE before it has read the payload (a buggy or hostile
+// one): the op, and with it the hold on its local region, then ends only
+// once the payload has left this process, so no byte is read from memory
+// its owner was told is free.
 type opState struct {
 	b         *batch
 	idx       int
 	entry     *regions.Entry // local region, held until the op completes
-	remaining atomic.Int32   // chunks not yet completed
+	remaining atomic.Int32   // answers and writes the op still waits for
 	err       error          // first chunk error; guarded by b.mu
 }
 
@@ -41,6 +49,8 @@ type chunk struct {
 	reqID        uint64
 }
 
+// complete records the chunk's answer: its response, or why it failed.
+// Each chunk is completed exactly once.
 func (ch *chunk) complete(err error) {
 	s := ch.st
 	if err != nil {
@@ -50,6 +60,20 @@ func (ch *chunk) complete(err error) {
 		}
 		s.b.mu.Unlock()
 	}
+	s.settle()
+}
+
+// written says a writer that took the chunk (conn.take) reads its memory
+// no more.
+func (ch *chunk) written() {
+	if ch.op == wire.OpWrite {
+		ch.st.settle()
+	}
+}
+
+// settle counts one thing the op waited for as done; the last one
+// completes the op.
+func (s *opState) settle() {
 	if s.remaining.Add(-1) == 0 {
 		s.entry.Release()
 		b := s.b

@@ -136,6 +136,7 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 		c.cond.Signal()
 		return true, false
 	}
+	c.take(c.queue[c.sent:])
 	c.sent = len(c.queue)
 	c.writing = true
 	if !c.reading && c.head == c.sent-1 {
@@ -246,12 +247,27 @@ func (c *conn) armOnWait(write bool) {
 	c.ownStop = context.AfterFunc(c.ownCtx, c.ownWake)
 }
 
+// take marks chunks the writer takes from the queue (moving sent past
+// them, under c.mu): each WRITE among them now also waits for its
+// payload to be written (opState.remaining). It is done under c.mu, so
+// no response, however early, can complete a chunk before it is counted.
+func (c *conn) take(chs []*chunk) {
+	for _, ch := range chs {
+		if ch.op == wire.OpWrite {
+			ch.st.remaining.Add(1)
+		}
+	}
+}
+
 // write writes chunks as one burst (the target answers it in one write).
-// The caller is the writer: it set writing.
+// The caller is the writer: it set writing, and took the chunks (take).
+// Every chunk is marked written once the flush that carried it returns,
+// or once write gives up on it.
 func (c *conn) write(batch []*chunk) error {
 	var werr error
 	var h wire.Header
 	c.fw.grouped = c.groups.Load()
+	done := 0 // batch[:done] is written and marked so
 	for i, ch := range batch {
 		// FlagGroups on every request: this side reads groups of responses.
 		h = wire.Header{Op: ch.op, Status: wire.FlagGroups, ReqID: ch.reqID, Region: ch.remoteRegion, Offset: ch.remoteOffset, Length: uint64(len(ch.local))}
@@ -262,15 +278,34 @@ func (c *conn) write(batch []*chunk) error {
 		if ch.op == wire.OpWrite {
 			payload = ch.local
 		}
+		flushes := c.fw.flushes
 		if werr = c.fw.frame(&h, payload, nil); werr != nil {
 			break
 		}
+		if c.fw.flushes != flushes {
+			// frame flushed: before queuing ch (the buffer was full), or
+			// after (enough was pending), when nothing is left pending.
+			upto := i
+			if c.fw.pending == 0 {
+				upto = i + 1
+			}
+			markWritten(batch[done:upto])
+			done = upto
+		}
 	}
 	if werr == nil {
-		return c.fw.flush()
+		werr = c.fw.flush()
+	} else {
+		c.fw.discard()
 	}
-	c.fw.discard()
+	markWritten(batch[done:])
 	return werr
+}
+
+func markWritten(chs []*chunk) {
+	for _, ch := range chs {
+		ch.written()
+	}
 }
 
 // fail breaks the connection: every queued chunk fails with err. It waits
@@ -324,6 +359,7 @@ func (c *conn) sendLoop() {
 			return
 		}
 		batch = append(batch[:0], c.queue[c.sent:]...)
+		c.take(batch)
 		c.sent = len(c.queue)
 		c.writing = true
 		idle := !c.reading

@@ -38,6 +38,7 @@ type frameWriter struct {
 	bufs    net.Buffers
 	pending int
 	held    []*regions.Entry // regions whose memory is in iov (or gpay)
+	flushes uint64           // flushes so far: what was queued before one is no longer read
 
 	// grouped: the peer reads groups (wire's package comment), so what
 	// is queued goes out per flush as one group, the headers first. Set
@@ -163,6 +164,7 @@ func (w *frameWriter) flush() error {
 		_, err = w.bufs.WriteTo(w.nc)
 	}
 	w.reset()
+	w.flushes++
 	return err
 }
 
