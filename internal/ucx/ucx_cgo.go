@@ -453,12 +453,17 @@ func (w *Worker) MemMap(addr uintptr, n uint64) (Mem, error) {
 	if st := Status(C.kvc_mem_map(w.c, C.uintptr_t(addr), C.uint64_t(n), &m)); st != OK {
 		return 0, st.Error("ucp_mem_map")
 	}
+	mapped.Add(1)
 	return Mem(m), nil
 }
 
 // MemUnmap deregisters m.
 func (w *Worker) MemUnmap(m Mem) error {
-	return Status(C.kvc_mem_unmap(w.c, C.uintptr_t(m))).Error("ucp_mem_unmap")
+	if err := Status(C.kvc_mem_unmap(w.c, C.uintptr_t(m))).Error("ucp_mem_unmap"); err != nil {
+		return err
+	}
+	mapped.Add(-1)
+	return nil
 }
 
 // PackRkey packs m's remote key for peers.

@@ -27,7 +27,7 @@ func (l *loop) beginClose(deadline time.Time) {
 			l.teardownPeer(p, l.closedErr)
 		}
 		l.closePhase = closePeers
-	})
+	}, nil)
 }
 
 // advanceClose moves the close along as its conditions are met.
@@ -66,13 +66,30 @@ func (l *loop) destroyUCX() {
 			l.destroyRkeys(p)
 		}
 	}
-	for _, lm := range l.mems {
+	l.unmapAll()
+	l.w.Destroy()
+}
+
+// unmapAll undoes every memory registration: the regions registered, the
+// deregistrations some peer did not acknowledge (l.leaked), and those
+// Close overtook (revocation.lm). Once the loop stopped, no op of this
+// node touches the memory again, whether the worker is destroyed or
+// abandoned; a peer still writing or reading it gets an access error.
+func (l *loop) unmapAll() {
+	for id, lm := range l.mems {
 		l.w.MemUnmap(lm.memh)
+		delete(l.mems, id)
 	}
 	for _, lm := range l.leaked {
 		l.w.MemUnmap(lm.memh)
 	}
-	l.w.Destroy()
+	l.leaked = nil
+	for _, rv := range l.revokes {
+		if rv.lm != nil {
+			l.w.MemUnmap(rv.lm.memh)
+			rv.lm = nil
+		}
+	}
 }
 
 // finish releases everything once the loop stopped: UCX first (so it lets
@@ -86,6 +103,7 @@ func (l *loop) finish() {
 		// instead: it is never progressed again, so UCX touches no memory.
 		l.log.Error(l.name+": UCX still holds requests at close (a peer died or did not answer); leaving the UCX worker allocated",
 			zap.Int("requests", n))
+		l.unmapAll()
 		l.w.Abandon()
 	} else {
 		l.destroyUCX()

@@ -25,7 +25,7 @@ type rawClient struct {
 	slot uint32 // next slot: a slot must not be reused while in flight
 }
 
-func newRawClient(t *testing.T, target []byte) *rawClient {
+func newRawClient(t *testing.T, target []byte, errHandling bool) *rawClient {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	w, err := ucxlib.NewWorker(ucxlib.Config{TLS: "tcp", Slots: 64})
@@ -37,7 +37,7 @@ func newRawClient(t *testing.T, target []byte) *rawClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := w.Connect(e.worker, false)
+	ep, err := w.Connect(e.worker, errHandling)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestRevokeProtocol(t *testing.T) {
 	}
 	tok1, tok2 := register(1), register(2)
 
-	c := newRawClient(t, res.Endpoint)
+	c := newRawClient(t, res.Endpoint, false)
 	addr, _ := c.w.Address()
 	c.send(message{typ: msgHello, client: 42, where: thisPlace(), worker: addr})
 	m, ok := c.next(time.Minute)

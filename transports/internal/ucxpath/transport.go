@@ -374,7 +374,9 @@ func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) e
 			return fmt.Errorf("%s: deregister region %d: %w", t.v.Name, id, plugins.ErrUnknownRegion)
 		}
 		delete(l.mems, id)
-		rv = l.startRevoke([]liveRegion{{id: id, token: lm.token}}, revokeDeregistered, deadline, nil)
+		// The revocation owns lm now: it unmaps it, or keeps it for
+		// Close (revocation.lm).
+		rv = l.startRevoke([]liveRegion{{id: id, token: lm.token}}, revokeDeregistered, deadline, nil, lm)
 		return nil
 	})
 	if err != nil {
@@ -383,20 +385,21 @@ func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) e
 	select {
 	case err = <-rv.done:
 	case <-ctx.Done():
-		err = plugins.ContextError(ctx.Err())
+		cerr := plugins.ContextError(ctx.Err())
+		l.call(func() error { l.abandonRevoke(rv, cerr); return nil })
+		select {
+		case err = <-rv.done: // its outcome, or cerr
+		default:
+			err = cerr // the loop stopped: Close finishes it
+		}
 	}
 	if err != nil {
-		// Some peer may still access the region: keep it registered with
-		// UCX (and the caller must keep it mapped) until Close.
-		l.call(func() error { l.abandonRevoke(rv, lm); return nil })
 		return fmt.Errorf("%s: deregister region %d: peers did not acknowledge its revocation: %w", t.v.Name, id, err)
 	}
-	return l.call(func() error {
-		if err := l.w.MemUnmap(lm.memh); err != nil {
-			return fmt.Errorf("%s: deregister region %d: %w", t.v.Name, id, err)
-		}
-		return nil
-	})
+	if rv.unmapErr != nil {
+		return fmt.Errorf("%s: deregister region %d: %w", t.v.Name, id, rv.unmapErr)
+	}
+	return nil
 }
 
 // Connect opens a peer: an endpoint to its worker address, its regions'
