@@ -497,6 +497,10 @@ func (e *engine) batch(id uint64) (*batch, error) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	b := e.batches[id]
+	if b == nil && e.closed {
+		// close canceled and forgot every batch
+		return nil, codeErr(codeClosed, fmt.Errorf("kvconnect: batch %d: engine %d is closed: %w", id, e.id, connector.ErrClosed))
+	}
 	if b == nil {
 		return nil, codeErr(codeUnknownBatch, fmt.Errorf("kvconnect: batch %d: no such batch (never submitted, or freed already): %w", id, connector.ErrInvalidArgument))
 	}
@@ -561,7 +565,11 @@ func (e *engine) free(id uint64) error {
 	e.regMu.Lock()
 	b := e.batches[id]
 	delete(e.batches, id)
+	closed := e.closed
 	e.regMu.Unlock()
+	if b == nil && closed {
+		return codeErr(codeClosed, fmt.Errorf("kvconnect: batch %d: engine %d is closed: %w", id, e.id, connector.ErrClosed))
+	}
 	if b == nil {
 		return codeErr(codeUnknownBatch, fmt.Errorf("kvconnect: batch %d: no such batch (never submitted, or freed already): %w", id, connector.ErrInvalidArgument))
 	}

@@ -209,7 +209,9 @@ kvc_batch kvc_batch_submit(kvc_engine e, const char *session, int op, const uint
  * failed batch's first error becomes the last error. */
 int kvc_batch_wait(kvc_engine e, kvc_batch b, int64_t timeout_ms, int32_t *statuses, size_t n);
 /* Forgets a batch. A batch still running is canceled first (its ops end
- * with KVC_STATUS_CANCELED before this returns). */
+ * with KVC_STATUS_CANCELED before this returns). Closing the engine
+ * cancels and forgets every batch: both calls then return KVC_ERR_CLOSED,
+ * also while kvc_engine_close is still running. */
 int kvc_batch_free(kvc_engine e, kvc_batch b);
 
 /* ---- Host ------------------------------------------------------------- */
