@@ -124,6 +124,11 @@ func parse(s string) (Target, error) {
 		}
 		return Target{Backend: Etcd, Endpoints: eps}, nil
 	}
+	if strayAt(s[i+3:]) {
+		// user:pa/ss@host: url.Parse would take "user:pa" for the host,
+		// and a reason naming the host or port would show the password.
+		return bad("an '@' after the end of the host (its first '/', '?' or '#'): percent-encode '/', '?', '#' and '@' in a user name, password or path (%2F, %3F, %23, %40)")
+	}
 	switch scheme := strings.ToLower(s[:i]); scheme {
 	case "etcd":
 		eps, reason := parseEndpoints(s[i+3:])
@@ -325,15 +330,26 @@ func (t Target) format(redact bool) string {
 // parse.
 func Redact(s string) string { return redactString(s) }
 
+// strayAt says whether rest (a connection string after its "://") has
+// an '@' past the end of its authority (the first '/', '?' or '#') and
+// none before: a password holding one of those, not percent-encoded.
+func strayAt(rest string) bool {
+	j := strings.IndexAny(rest, "/?#")
+	return j >= 0 && !strings.Contains(rest[:j], "@") && strings.Contains(rest[j:], "@")
+}
+
 // redactString hides the password of a URL-like connection string for
-// error texts; strings that do not parse are returned as they are.
+// error texts; strings without one are returned as they are. A password
+// holding '/', '?' or '#' (not percent-encoded, so the URL does not
+// parse as meant) is hidden too: the user information then runs to the
+// last '@'.
 func redactString(s string) string {
 	i := strings.Index(s, "://")
 	if i < 0 {
 		return s
 	}
 	authority := s[i+3:]
-	if j := strings.IndexAny(authority, "/?#"); j >= 0 {
+	if j := strings.IndexAny(authority, "/?#"); j >= 0 && !strayAt(authority) {
 		authority = authority[:j]
 	}
 	at := strings.LastIndex(authority, "@")

@@ -253,3 +253,33 @@ func FuzzDescriptorName(f *testing.F) {
 		}
 	})
 }
+
+// TestPasswordWithURLDelimitersStaysHidden: a password holding '/', '?'
+// or '#' that was not percent-encoded makes the string parse as
+// something else (user:pa taken for host:port); the error names the
+// cause and shows no part of the password, and Redact hides all of it.
+func TestPasswordWithURLDelimitersStaysHidden(t *testing.T) {
+	for _, in := range []string{
+		"redis://u:k7/Zq@h:6379",
+		"redis://:k7?Zq@h",
+		"rediss://u:k7#Zq@h:6380/1",
+		"http://u:k7/Zq@h:8080/metadata",
+	} {
+		_, err := Parse(in)
+		if err == nil {
+			t.Errorf("Parse(%q) succeeded", in)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "k7") || strings.Contains(msg, "Zq") || !strings.Contains(msg, "percent-encode") || !strings.Contains(msg, "xxxxx") {
+			t.Errorf("Parse(%q) = %v: want the password hidden and the cause named", in, err)
+		}
+		if r := Redact(in); strings.Contains(r, "k7") || strings.Contains(r, "Zq") {
+			t.Errorf("Redact(%q) = %q", in, r)
+		}
+	}
+	// Percent-encoded, the same password parses and is the password.
+	tg, err := Parse("redis://u:k7%2FZq@h:6379")
+	if err != nil || tg.Password != "k7/Zq" || tg.Endpoints[0] != "h:6379" {
+		t.Fatalf("Parse(encoded) = %+v, %v", tg, err)
+	}
+}
