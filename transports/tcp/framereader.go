@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -208,7 +209,9 @@ func (fr *frameReader) group(g *wire.Header, hs []wire.Header, responses bool) (
 // payloads per readv together with the next header's bytes, or through
 // the buffer when what is left is small. It returns the bytes read.
 func (fr *frameReader) payloads(dsts [][]byte) (int, error) {
-	if fr.raw == nil {
+	if fr.raw == nil || slices.ContainsFunc(dsts, isEmpty) {
+		// (an empty place has no first byte for an iovec: read them one
+		// by one; no caller passes one)
 		total := 0
 		for _, p := range dsts {
 			n, err := fr.payload(p)
@@ -272,6 +275,8 @@ func (fr *frameReader) payloads(dsts [][]byte) (int, error) {
 	}
 	return total, nil
 }
+
+func isEmpty(p []byte) bool { return len(p) == 0 }
 
 // discard skips n bytes of payload.
 func (fr *frameReader) discard(n uint64) error {

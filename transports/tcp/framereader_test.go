@@ -242,3 +242,26 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	})
 }
+
+// TestFrameReaderPayloadsWithAnEmptyPlace: payloads given an empty place
+// among others (no caller does; the target once did, for a WRITE of no
+// bytes in a group) fills the others in order and takes nothing for it.
+func TestFrameReaderPayloadsWithAnEmptyPlace(t *testing.T) {
+	for _, c := range connPairs {
+		t.Run(c.name, func(t *testing.T) {
+			cli, srv := c.pair(t)
+			_, want := frameStream([]int{40 << 10, 64 << 10})
+			data := append(append([]byte(nil), want[0]...), want[1]...)
+			go cli.Write(data)
+			fr := newFrameReader(srv)
+			a, b := make([]byte, len(want[0])), make([]byte, len(want[1]))
+			n, err := fr.payloads([][]byte{a, {}, b})
+			if err != nil || n != len(data) {
+				t.Fatalf("payloads: %d bytes, %v; want %d", n, err, len(data))
+			}
+			if !bytes.Equal(a, want[0]) || !bytes.Equal(b, want[1]) {
+				t.Fatal("the payloads did not land in their places")
+			}
+		})
+	}
+}

@@ -39,6 +39,9 @@ type frameWriter struct {
 	pending int
 	held    []*regions.Entry // regions whose memory is in iov (or gpay)
 	flushes uint64           // flushes so far: what was queued before one is no longer read
+	// bound, if set, is called before each write: a target bounds its
+	// answers' writes there (targetConn.boundFrames).
+	bound func()
 
 	// grouped: the peer reads groups (wire's package comment), so what
 	// is queued goes out per flush as one group, the headers first. Set
@@ -155,6 +158,9 @@ func (w *frameWriter) flush() error {
 		w.iov = append(w.iov, w.buf[w.mark:])
 	}
 	var err error
+	if w.bound != nil && len(w.iov) > 0 {
+		w.bound()
+	}
 	switch {
 	case len(w.iov) == 0:
 	case w.raw != nil:

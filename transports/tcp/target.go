@@ -150,6 +150,16 @@ func (tc *targetConn) serve(raw *rawIO) {
 	var gs groupScratch
 	for {
 		if fr != nil {
+			if len(fw.held) > 0 && fr.Buffered() < wire.HeaderSize {
+				// Answers queued without a flush hold region memory (the
+				// READs of a burst whose last request has not come, or of a
+				// peer that never sets FlagFlush): send them before waiting
+				// for a request, which may never come, so no deregistration
+				// waits on the peer's next move.
+				if err := fw.flush(); err != nil {
+					return
+				}
+			}
 			if err := tc.dl.readHeader(tc.nc, fr, hb[:]); err != nil {
 				return // peer closed or connection broke
 			}
@@ -164,6 +174,7 @@ func (tc *targetConn) serve(raw *rawIO) {
 		}
 		if fr == nil {
 			fr, fw = newFrameReader(tc.nc), newFrameWriter(tc.nc)
+			tc.boundFrames(fw)
 			// An initiator that reads groups says so on every request
 			// (wire.FlagGroups), and this target could answer it with
 			// groups (fw.grouped); it does not: a burst of 64 KiB READs

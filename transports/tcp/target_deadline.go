@@ -97,3 +97,26 @@ func (c *stateCheck) due() bool {
 	c.last = now
 	return true
 }
+
+// boundFrames bounds fw's writes (the answers on a connection that
+// speaks kvconnect's framing) by op_timeout, as boundWrite does a
+// Mooncake answer's: an initiator that stops reading (stopped, wedged)
+// would otherwise hold the regions its READ answers come from, and a
+// deregistration waiting for them, as long as the connection lives. The
+// deadline is armed only when a write must wait for the socket, or moved
+// when one is set already: a write that finds room costs no timer.
+func (tc *targetConn) boundFrames(fw *frameWriter) {
+	span := time.Duration(tc.t.opts.OpTimeout)
+	if fw.raw == nil {
+		fw.bound = func() { tc.dl.armWrite(tc.nc, span) }
+		return
+	}
+	fw.raw.onWait = tc
+	fw.bound = func() {
+		if tc.dl.write.IsZero() {
+			fw.raw.armW = true
+			return
+		}
+		tc.dl.armWrite(tc.nc, span)
+	}
+}

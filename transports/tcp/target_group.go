@@ -69,7 +69,9 @@ func (tc *targetConn) writeRun(fr *frameReader, fw *frameWriter, hs []wire.Heade
 	var total uint64
 	for i := range hs {
 		h := &hs[i]
-		if h.Op != wire.OpWrite {
+		if h.Op != wire.OpWrite || h.Length == 0 {
+			// request serves a WRITE of no bytes (no place to read into:
+			// frameReader.payloads takes none)
 			break
 		}
 		e, mem, err := t.regions.Resolve(h.Region, h.Offset, h.Length)
