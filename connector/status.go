@@ -113,6 +113,10 @@ func (c *Connector) Status() Status {
 		if !ms.Connected && s.Problem == "" {
 			s.Problem = "metadata service unreachable since " + ms.LostSince.Format(time.RFC3339) + ": " + ms.LastError
 		}
+		if ms.Connected && !ms.RefusedSince.IsZero() && s.Problem == "" {
+			s.Problem = "metadata service refuses to keep this node's keys since " + ms.RefusedSince.Format(time.RFC3339) +
+				" (they expire within " + ms.TTL.String() + "): " + ms.LastError
+		}
 	}
 	if c.closed {
 		s.Problem = "closed"

@@ -221,6 +221,12 @@ func (e *etcdService) wrapEtcd(what, key string, err error) error {
 		sentinel = errdefs.ErrUnauthenticated
 	case errors.Is(err, context.Canceled):
 		sentinel = errdefs.ErrCanceled
+	case errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v (etcd's --max-request-bytes, 1.5 MiB by default, bounds a descriptor: fewer, larger regions make a smaller one)",
+			errdefs.ErrResourceExhausted, strings.Join(e.target.Endpoints, ","), what, key, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v (etcd's database reached its quota: compact and defragment it, then disarm the NOSPACE alarm)",
+			errdefs.ErrResourceExhausted, strings.Join(e.target.Endpoints, ","), what, key, err)
 	}
 	return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v", sentinel, strings.Join(e.target.Endpoints, ","), what, key, err)
 }
@@ -519,15 +525,18 @@ func (e *etcdService) tick() error {
 			_, err := e.cli.Get(ctx, e.keys.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		})
-	case lease == 0 || dirty:
-		if err := e.putAll(e.ctx, nil); err != nil {
+	case lease == 0:
+		if err := e.putAll(keeping(e.ctx), nil); err != nil {
 			return err
 		}
 		e.setDirty(false)
 		return nil
 	}
+	// The lease is renewed first, also while a put fails (a descriptor
+	// etcd refuses as too large, a full database): the keys it stored
+	// stay alive meanwhile instead of expiring with the lease.
 	var resp *clientv3.LeaseKeepAliveResponse
-	err := e.request(e.ctx, "renew lease", func(err error) bool {
+	err := e.request(keeping(e.ctx), "renew lease", func(err error) bool {
 		return etcdTransient(err) && !errors.Is(err, rpctypes.ErrLeaseNotFound)
 	}, func(ctx context.Context) error {
 		var err error
@@ -538,12 +547,22 @@ func (e *etcdService) tick() error {
 		err = rpctypes.ErrLeaseNotFound
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return e.republish(e.ctx)
+		if err := e.republish(keeping(e.ctx)); err != nil {
+			return err
+		}
+		e.setDirty(false)
+		return nil
 	}
 	if err != nil {
 		return err
 	}
 	e.stats.renewals.Add(1)
+	if dirty {
+		if err := e.putAll(keeping(e.ctx), nil); err != nil {
+			return err
+		}
+		e.setDirty(false)
+	}
 	return nil
 }
 

@@ -102,6 +102,11 @@ type Status struct {
 	// when (zero while connected).
 	Connected bool      `json:"connected"`
 	LostSince time.Time `json:"lost_since,omitzero"`
+	// RefusedSince is set while the service answers but refuses to store
+	// or renew this node's keys (a full database, a read-only replica, a
+	// revoked permission; LastError says which): since when. Unless it
+	// accepts them again, they expire within TTL and peers lose this node.
+	RefusedSince time.Time `json:"refused_since,omitzero"`
 	// LastError is the latest failure talking to the service, at
 	// LastErrorAt; it stays after the service came back.
 	LastError   string    `json:"last_error,omitempty"`
@@ -174,7 +179,10 @@ type core struct {
 	published map[string]published
 	connected bool
 	lostSince time.Time
-	lastErr   error
+	// refusedSince: since when the service answers the renewals of this
+	// node's keys with a refusal (zero while it stores them).
+	refusedSince time.Time
+	lastErr      error
 	lastErrAt time.Time
 	leaseID   int64
 	ttl       time.Duration
@@ -414,14 +422,59 @@ func (c *core) request(ctx context.Context, what string, transient func(error) b
 	err := f(rctx)
 	if err == nil {
 		c.markOK()
+		if ctx.Value(keepingKey{}) != nil {
+			c.markKept()
+		}
 		return nil
 	}
 	c.stats.requestErrors.Add(1)
 	if ctx.Err() != nil { // the caller gave up: says nothing about the service
 		return err
 	}
-	c.markFailed(what, err, transient(err))
+	lost := transient(err)
+	c.markFailed(what, err, lost)
+	if !lost && ctx.Value(keepingKey{}) != nil {
+		c.markRefused(what, err)
+	}
 	return err
+}
+
+// keepingKey marks the context of the background work that keeps this
+// node's keys stored (renewals, the puts a failed Publish left), whose
+// refusals Status reports (RefusedSince).
+type keepingKey struct{}
+
+// keeping marks ctx as the keeping of this node's keys.
+func keeping(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keepingKey{}, true)
+}
+
+// markRefused records that the service answered the keeping of this
+// node's keys with a refusal (a full database, a read-only replica, a
+// revoked permission): unless it accepts them again within TTL, they
+// expire and peers lose this node. Logged when it starts.
+func (c *core) markRefused(what string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.refusedSince.IsZero() || c.closed {
+		return
+	}
+	c.refusedSince = time.Now()
+	c.log.Warn("the metadata service refuses to keep this node's keys: they expire within the TTL unless it accepts them again; retrying with backoff",
+		zap.Strings("endpoints", c.target.Endpoints), zap.String("op", what), zap.Duration("ttl", c.ttl), zap.Error(err))
+}
+
+// markKept records that the service stored or renewed this node's keys.
+func (c *core) markKept() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refusedSince.IsZero() {
+		return
+	}
+	if !c.closed {
+		c.log.Info("the metadata service keeps this node's keys again", zap.Duration("refused_for", time.Since(c.refusedSince).Round(time.Millisecond)))
+	}
+	c.refusedSince = time.Time{}
 }
 
 // backgroundKey marks the context of the background work, whose requests
@@ -485,7 +538,7 @@ func (c *core) status() Status {
 	defer c.mu.Unlock()
 	st := Status{
 		Backend: c.target.Backend, URL: c.target.String(), Endpoints: append([]string(nil), c.target.Endpoints...),
-		Prefix: c.keys.Prefix(), Connected: c.connected, LostSince: c.lostSince, LastErrorAt: c.lastErrAt,
+		Prefix: c.keys.Prefix(), Connected: c.connected, LostSince: c.lostSince, RefusedSince: c.refusedSince, LastErrorAt: c.lastErrAt,
 		LeaseID: c.leaseID, TTL: c.ttl, Published: sortedSegments(c.published), Cached: len(c.cache),
 		Counters: c.stats.snapshot(), ResolveLatency: c.resolveLat.snapshot(), PublishLatency: c.publishLat.snapshot(),
 	}

@@ -185,7 +185,10 @@ func (t *ttlService) renewAll(afterFailure bool) error {
 	wasLost := !t.connected
 	t.mu.Unlock()
 	if len(kvs) == 0 {
-		if !afterFailure {
+		// Nothing to renew: probe after a failure, or while a failed
+		// Resolve has the service marked lost (nothing else would find
+		// it back).
+		if !afterFailure && !wasLost {
 			return nil
 		}
 		return t.request(t.ctx, "probe", t.kv.transient, func(ctx context.Context) error {
@@ -193,7 +196,7 @@ func (t *ttlService) renewAll(afterFailure bool) error {
 			return err
 		})
 	}
-	err := t.request(t.ctx, "renew "+kvs[0].key, t.kv.transient, func(ctx context.Context) error {
+	err := t.request(keeping(t.ctx), "renew "+kvs[0].key, t.kv.transient, func(ctx context.Context) error {
 		return t.kv.put(ctx, kvs, t.TTL)
 	})
 	if err != nil {
