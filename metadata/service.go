@@ -183,13 +183,13 @@ type core struct {
 	// node's keys with a refusal (zero while it stores them).
 	refusedSince time.Time
 	lastErr      error
-	lastErrAt time.Time
-	leaseID   int64
-	ttl       time.Duration
-	dirty     bool // a Publish failed: its keys may not be stored
-	closed    bool
-	closeErr  error
-	closeOnce sync.Once
+	lastErrAt    time.Time
+	leaseID      int64
+	ttl          time.Duration
+	dirty        bool // a Publish failed: its keys may not be stored
+	closed       bool
+	closeErr     error
+	closeOnce    sync.Once
 }
 
 func newCore(s *settings) *core {
