@@ -27,8 +27,11 @@ and status as JSON on stdout, and serves peers until SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := units.ParseSize(alloc)
-			if err != nil || size == 0 {
-				return fmt.Errorf("--alloc %q: want a size like 64MiB", alloc)
+			switch {
+			case err != nil:
+				return fmt.Errorf("--alloc %q: %v: want a size like 64MiB, at most %s", alloc, err, units.FormatSize(connector.MaxRegionSize))
+			case size == 0 || size > connector.MaxRegionSize:
+				return fmt.Errorf("--alloc %q: want a size between 1 byte and %s, like 64MiB", alloc, units.FormatSize(connector.MaxRegionSize))
 			}
 			loaded, log, err := loadConfig(cmd)
 			if err != nil {
@@ -63,7 +66,14 @@ and status as JSON on stdout, and serves peers until SIGINT or SIGTERM.`,
 			for {
 				select {
 				case <-ctx.Done():
-					log.Info("shutting down")
+					// From here a second SIGINT or SIGTERM ends the process at
+					// once (the plugins die with it), for a shutdown that hangs
+					// on a peer or a metadata service.
+					stop()
+					log.Info("shutting down; a second Ctrl-C forces exit")
+					if err := c.Close(); err != nil {
+						return fmt.Errorf("shutting down: %w", err)
+					}
 					return nil
 				case n, ok := <-c.Notifications():
 					if !ok {
