@@ -125,24 +125,29 @@ func readMaps(p, q uint64) ([]vma, error) {
 	return vmas, nil
 }
 
+// deviceHint ends the errors for memory this process cannot use as
+// host memory: what a GPU pointer (vLLM's default kv_buffer_device is
+// cuda) looks like from here.
+const deviceHint = "; a GPU (CUDA, NPU) pointer looks like this: only host memory can be registered for now, so keep the KV cache in host memory (vLLM: kv_buffer_device \"cpu\")"
+
 // checkCovered says whether vmas map every page of [p, q) readable and
 // writable, none of them special.
 func checkCovered(vmas []vma, p, q, addr, n uint64) error {
 	next := p
 	for _, v := range vmas {
 		if v.start > next {
-			return errInvalid("range [0x%x, +%d): address 0x%x is not mapped in this process (pass the address and length of a live buffer)", addr, n, next)
+			return errInvalid("range [0x%x, +%d): address 0x%x is not mapped in this process (pass the address and length of a live buffer)%s", addr, n, next, deviceHint)
 		}
 		if why := v.special(); why != "" {
 			return errInvalid("range [0x%x, +%d) lies in %s, which cannot be registered", addr, n, why)
 		}
 		if !v.read || !v.write {
-			return errInvalid("range [0x%x, +%d) is not writable memory (%s): peers write into registered memory", addr, n, v)
+			return errInvalid("range [0x%x, +%d) is not writable memory (%s): peers write into registered memory%s", addr, n, v, deviceHint)
 		}
 		next = v.end
 	}
 	if next < q {
-		return errInvalid("range [0x%x, +%d): address 0x%x is not mapped in this process (pass the address and length of a live buffer)", addr, n, max(next, addr))
+		return errInvalid("range [0x%x, +%d): address 0x%x is not mapped in this process (pass the address and length of a live buffer)%s", addr, n, max(next, addr), deviceHint)
 	}
 	return nil
 }

@@ -96,6 +96,22 @@ class EngineRef:
         return f"<kvconnect engine {self.handle} (not a Mooncake C++ TransferEngine)>"
 
 
+def _payload(src) -> "bytes | memoryview":
+    """write_bytes_to_buffer's source as bytes or a byte view: bytes, str
+    (UTF-8, as Mooncake's char* takes it) or any C-contiguous buffer
+    (bytearray, memoryview, a numpy array). Anything else is a TypeError,
+    never its repr."""
+    if isinstance(src, bytes):
+        return src
+    if isinstance(src, str):
+        return src.encode("utf-8")
+    try:
+        return memoryview(src).cast("B")
+    except TypeError:
+        raise TypeError(f"write_bytes_to_buffer: src_ptr must be bytes, str or a C-contiguous buffer (bytearray, "
+                        f"memoryview, a numpy array), not {type(src).__name__}") from None
+
+
 def _b(s: Optional[str]) -> bytes:
     if s is None:
         return b""
@@ -190,6 +206,15 @@ class TransferEngine:
             self._last_error = _lib.last_error()
             self._last_error_json = _lib.last_error_json()
         return -1 if rc < -1000 else rc
+
+    def _failed(self, what: str, rc: Optional[int] = None) -> int:
+        """_record for calls whose failure a serving stack reports only as
+        a bare "registration failed": the cause is logged at ERROR too,
+        as Mooncake logs its own. rc None: the call was not made (_call
+        recorded why)."""
+        rc = -1 if rc is None else self._record(rc)
+        log.error("%s failed: %s", what, self._last_error)
+        return rc
 
     def _call(self, name: str, *args, keep_gil: bool = False):
         try:
@@ -336,9 +361,9 @@ class TransferEngine:
         code (-1 invalid, -7 overlapping a registered range, ...)."""
         rc = self._call("kvc_register_memory", int(buffer_addr), int(capacity), keep_gil=True)
         if rc is None:
-            return -1
+            return self._failed('register_memory')
         if rc != 0:
-            return self._record(rc)
+            return self._failed('register_memory', rc)
         with self._tables:
             self._memory[int(buffer_addr)] = int(capacity)
         return 0
@@ -354,9 +379,9 @@ class TransferEngine:
         l, _ = _lib.u64_array(lens)
         rc = self._call("kvc_register_memory_batch", a, l, n, keep_gil=True)
         if rc is None:
-            return -1
+            return self._failed('batch_register_memory')
         if rc != 0:
-            return self._record(rc)
+            return self._failed('batch_register_memory', rc)
         with self._tables:
             self._memory.update(zip(addrs, lens))
         return 0
@@ -364,9 +389,9 @@ class TransferEngine:
     def unregister_memory(self, buffer_addr, /) -> int:
         rc = self._call("kvc_unregister_memory", int(buffer_addr), keep_gil=True)
         if rc is None:
-            return -1
+            return self._failed('unregister_memory')
         if rc != 0:
-            return self._record(rc)
+            return self._failed('unregister_memory', rc)
         with self._tables:
             self._memory.pop(int(buffer_addr), None)
         return 0
@@ -379,9 +404,9 @@ class TransferEngine:
         a, n = _lib.u64_array(addrs)
         rc = self._call("kvc_unregister_memory_batch", a, n, keep_gil=True)
         if rc is None:
-            return -1
+            return self._failed('batch_unregister_memory')
         if rc != 0:
-            return self._record(rc)
+            return self._failed('batch_unregister_memory', rc)
         with self._tables:
             for x in addrs:
                 self._memory.pop(x, None)
@@ -443,7 +468,7 @@ class TransferEngine:
         """Copies length bytes of src_ptr (bytes) to dest_address, which must
         lie in memory registered with or allocated by this engine (Mooncake
         copies anywhere; kvconnect refuses what would crash)."""
-        data = _b(src_ptr)
+        data = _payload(src_ptr)
         dest, length = int(dest_address), int(length)
         if length < 0 or length > len(data):
             self._last_error = f"write_bytes_to_buffer: length {length} but {len(data)} bytes given"
@@ -453,6 +478,10 @@ class TransferEngine:
                                 "allocated by this engine")
             return -1
         try:
+            if isinstance(data, memoryview):
+                # (memmove takes bytes or an address: a writable view lends
+                # its memory, a read-only one is copied once)
+                data = (ctypes.c_char * len(data)).from_buffer(data) if not data.readonly else data.tobytes()
             ctypes.memmove(dest, data, length)
         finally:
             self._copy_ends()
@@ -467,7 +496,9 @@ class TransferEngine:
             raise ValueError(f"read_bytes_from_buffer: [0x{src:x}, +{length}) is not in memory registered with or "
                              "allocated by this engine")
         try:
-            return ctypes.string_at(src, length)
+            # (string_at takes its length as a C int: 2 GiB and more would
+            # come back truncated)
+            return (ctypes.c_char * length).from_address(src).raw
         finally:
             self._copy_ends()
 
@@ -515,7 +546,12 @@ class TransferEngine:
     def _wait(self, bid: int) -> int:
         """Waits for batch bid in slices (so Ctrl-C gets through), frees
         it, and returns its outcome (1 done, -1 failed, -2 timed out)."""
-        lib = _lib.lib()
+        try:
+            lib = _lib.lib()
+        except _lib.KVConnectForkedError as e:
+            self._last_error, self._last_error_json = str(e), json.dumps({"code": ERR_FORKED, "kind": "forked"})
+            log.error("%s", e)
+            return -1
         h = self._handle
         try:
             while True:
@@ -526,7 +562,7 @@ class TransferEngine:
             lib.kvc_batch_free(h, bid)  # cancels the batch, then re-raise
             raise
         if rc != _BATCH_DONE:
-            self._record(rc)
+            rc = self._record(rc)
         lib.kvc_batch_free(h, bid)
         return rc
 
