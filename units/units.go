@@ -101,7 +101,10 @@ func (s Size) MarshalJSON() ([]byte, error) { return json.Marshal(FormatSize(uin
 func ParseDuration(s string) (time.Duration, error) {
 	in := strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(in, 64); err == nil {
-		if f < 0 || f > math.MaxInt64/float64(time.Second) {
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return 0, fmt.Errorf("%q is not a duration; write e.g. 30s, 500ms, 2m, or a number of seconds", s)
+		case f < 0 || f > math.MaxInt64/float64(time.Second):
 			return 0, fmt.Errorf("duration %q out of range", s)
 		}
 		return time.Duration(f * float64(time.Second)), nil

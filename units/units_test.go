@@ -65,6 +65,11 @@ func TestParseDuration(t *testing.T) {
 		{"0.25", 250 * time.Millisecond, false},
 		{"-1s", 0, true},
 		{"soon", 0, true},
+		{"NaN", 0, true}, // ParseFloat reads these; a NaN once became -2562047h47m
+		{"nan", 0, true},
+		{"Inf", 0, true},
+		{"+inf", 0, true},
+		{"-Inf", 0, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseDuration(tt.in)

@@ -33,6 +33,12 @@ kv_connector or kv_role field) or an environment file (.env, KEY=VALUE
 lines as SGLang users keep them). Without files it checks what show would
 load. It exits 0 when everything is valid, 1 with the full list of problems
 otherwise.`,
+		// Without a known subcommand: an error (exit 1), not the help and
+		// exit 0, so a typo in a script fails.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("config: name a subcommand: show or check (kvconnect config --help)")
+		},
 	}
 	cmd.AddCommand(newConfigShowCommand(), newConfigCheckCommand())
 	return cmd
@@ -101,6 +107,10 @@ func newConfigCheckCommand() *cobra.Command {
 // checkFile loads one file on its own, as what its name and content say
 // it is.
 func checkFile(path string) (*config.Loaded, error) {
+	if strings.TrimSpace(path) == "" {
+		// (an unset shell variable: "config check "$CFG"" must not pass)
+		return nil, &config.Problem{Key: "config", Value: path, Reason: "an empty file name", Allowed: "the path of a config file"}
+	}
 	switch kind := fileKind(path); kind {
 	case "env":
 		b, err := os.ReadFile(path)

@@ -251,3 +251,15 @@ func TestConfigShowHidesPasswords(t *testing.T) {
 		t.Errorf("config show --sources:\n%s", out)
 	}
 }
+
+// TestConfigWithoutASubcommandFails: `config` alone, a misspelled
+// subcommand and `config check ""` (an unset variable in a script) fail
+// instead of printing help, or "ok", and exiting 0.
+func TestConfigWithoutASubcommandFails(t *testing.T) {
+	for _, args := range [][]string{{"config"}, {"config", "chek"}, {"config", "check", ""}} {
+		out, err := runConfigCLI(t, nil, args...)
+		if err == nil {
+			t.Errorf("kvconnect %q succeeded:\n%s", args, out)
+		}
+	}
+}
