@@ -463,6 +463,16 @@ func runSuite(cmd *cobra.Command, f *benchFlags) error {
 	if changed("batch-size") {
 		so.BatchSize = f.batch
 	}
+	// The suite's defaults fill in zeros: a zero given on the command line
+	// is refused here, as outside the suite, not replaced.
+	switch {
+	case changed("threads") && (f.threads < 1 || f.threads > bench.MaxThreads):
+		return fmt.Errorf("--threads %d: must be between 1 and %d", f.threads, bench.MaxThreads)
+	case changed("batch-size") && (f.batch < 1 || f.batch > bench.MaxBatchSize):
+		return fmt.Errorf("--batch-size %d: must be between 1 and %d", f.batch, bench.MaxBatchSize)
+	case changed("duration") && so.Duration <= 0:
+		return fmt.Errorf("--duration %s: must be positive, e.g. 10s", f.duration)
+	}
 	so.Rounds = f.rounds
 	if so.Rounds < 1 {
 		return fmt.Errorf("--rounds %d: must be at least 1", f.rounds)

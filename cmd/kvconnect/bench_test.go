@@ -241,3 +241,16 @@ func TestBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchSuiteRefusesZeros: --suite fills in its defaults for what is
+// not given; a zero given is an error naming the flag (it was replaced
+// by the default), before any node starts.
+func TestBenchSuiteRefusesZeros(t *testing.T) {
+	for _, c := range []struct{ flag, value string }{{"--threads", "0"}, {"--batch-size", "0"}, {"--duration", "0"}, {"--duration", "0.0000000001"}} {
+		// (--rounds 0 is refused after these checks: no suite ever starts)
+		out, err := runConfigCLI(t, nil, "bench", "--suite", c.flag, c.value, "--rounds", "0")
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("bench --suite %s %s: %v, want an error naming %s\n%s", c.flag, c.value, err, c.flag, out)
+		}
+	}
+}
