@@ -50,6 +50,17 @@ func (ck *checker) add(p *Problem) {
 
 func (ck *checker) ok(key string) bool { return !ck.skip[key] }
 
+// set says whether key was given a value by some layer (a file, the
+// environment, a flag), not left to its default; false without origin
+// (a Config built in code, whose zero values mean the defaults).
+func (ck *checker) set(key string) bool {
+	if ck.origin == nil {
+		return false
+	}
+	_, src := ck.origin(key)
+	return src != ""
+}
+
 // known lists the transports the catalog knows; a name one or two letters
 // away from one of these is taken for a typo.
 func (ck *checker) known() []string {
@@ -102,6 +113,24 @@ func (ck *checker) check(c *Config) {
 		default:
 			ck.add(&Problem{Key: "buffer_device", Value: c.BufferDevice,
 				Allowed: "cpu (cuda, npu and xpu are not supported yet)", Suggestion: closest(c.BufferDevice, BufferDevices())})
+		}
+	}
+	// A zero written in a file, the environment or a flag would silently
+	// mean the default: refused, naming where it came from.
+	for _, z := range []struct {
+		key     string
+		zero    bool
+		allowed string
+	}{
+		{"connect_timeout", c.ConnectTimeout == 0, "a positive duration, e.g. 10s (leave it unset for the default, 10s)"},
+		{"plugin_start_timeout", c.PluginStartTimeout == 0, "a positive duration, e.g. 10s (leave it unset for the default, 10s)"},
+		{"transfer_timeout", c.TransferTimeout == 0, "a positive duration, e.g. 30s (leave it unset for the default, 30s)"},
+		{"metadata_ttl", c.MetadataTTL == 0, "a duration of at least 1s (leave it unset for the default, 10s)"},
+		{"max_handshake_frame", c.MaxHandshakeFrame == 0, "at least 4096 bytes (leave it unset for the default, 16MiB)"},
+		{"max_handshake_memory", c.MaxHandshakeMemory == 0, "at least twice max_handshake_frame plus 16MiB (leave it unset for the default, 64MiB)"},
+	} {
+		if z.zero && ck.ok(z.key) && ck.set(z.key) {
+			ck.add(&Problem{Key: z.key, Value: "0", Allowed: z.allowed})
 		}
 	}
 	if ck.ok("connect_timeout") && c.ConnectTimeout < 0 {
