@@ -252,8 +252,12 @@ func (c *Connector) startChain(ctx context.Context) error {
 	// Strict mode (fallback: []) means "this transport or nothing": no tcp
 	// beside it either.
 	if c.transports[0].name != "tcp" && c.opts.keepTCP && !strict {
-		at, err := c.startTransport(ctx, "tcp")
-		if err != nil {
+		if c.triedTCP() {
+			// Each transport is tried once: tcp failed above, its reason
+			// logged and in Status().Attempts.
+			c.log.Warn("tcp is not kept up beside "+c.transports[0].name+" for peers that fell back: it failed to start earlier in the chain",
+				zap.String("transport", c.transports[0].name))
+		} else if at, err := c.startTransport(ctx, "tcp"); err != nil {
 			c.log.Warn("could not also keep tcp up for peers that fell back", zap.Error(err))
 		} else {
 			c.transports = append(c.transports, at)
@@ -266,6 +270,16 @@ func (c *Connector) startChain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// triedTCP says whether the chain tried tcp (and so it failed).
+func (c *Connector) triedTCP() bool {
+	for _, a := range c.attempts {
+		if a.Transport == "tcp" {
+			return true
+		}
+	}
+	return false
 }
 
 // logAttempt writes the one warn line a failed attempt gets.
