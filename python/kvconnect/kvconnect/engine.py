@@ -263,17 +263,13 @@ class TransferEngine:
 
     def _initialize(self, local_hostname, metadata_server, protocol, device_name, metadata_type) -> int:
         args = (_b(local_hostname), _b(metadata_server), _b(protocol), _b(device_name))
-        try:
-            # Variables set in os.environ since the library loaded apply
-            # (read with the GIL held: no Python thread changes them
-            # meanwhile).
-            _lib.gil_lib().kvc_sync_environ()
-        except _lib.KVConnectError:
-            pass  # reported by the call below
+        # The library reads the process environment first (variables set in
+        # os.environ since it loaded apply): with the GIL kept, so no Python
+        # thread changes the environment, and frees what it reads, meanwhile.
         if metadata_type is None:
-            rc = self._call("kvc_engine_initialize", *args)
+            rc = self._call("kvc_engine_initialize", *args, keep_gil=True)
         else:
-            rc = self._call("kvc_engine_initialize_ext", *args, _b(metadata_type))
+            rc = self._call("kvc_engine_initialize_ext", *args, _b(metadata_type), keep_gil=True)
         if rc is None:
             return -1
         if rc != 0:
