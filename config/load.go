@@ -30,6 +30,10 @@ type Options struct {
 	// ConfigFile is a kvconnect config file (.yaml, .yml, .toml or .json).
 	// Empty: the --config flag in Flags, then $KVCONNECT_CONFIG.
 	ConfigFile string
+	// ConfigFileSource names where ConfigFile came from, in problems
+	// about the file itself (a path that cannot be read): "argument" for
+	// a command's argument. Default "Options.ConfigFile".
+	ConfigFileSource string
 	// KVTransferConfig is a vLLM kv_transfer_config: JSON text, @file, or
 	// a path to a .json file. Empty: the --kv-transfer-config flag in
 	// Flags. $KVCONNECT_KV_TRANSFER_CONFIG and a kv_transfer_config
@@ -290,7 +294,10 @@ func (ld *loader) codeLayer(c Config) {
 // $KVCONNECT_CONFIG.
 func (ld *loader) configPath() (string, string) {
 	if ld.opts.ConfigFile != "" {
-		return ld.opts.ConfigFile, "flag --config"
+		if ld.opts.ConfigFileSource != "" {
+			return ld.opts.ConfigFile, ld.opts.ConfigFileSource
+		}
+		return ld.opts.ConfigFile, "Options.ConfigFile"
 	}
 	if f, ok := configFlag(ld.opts.Flags, "config"); ok && f.Value.String() != "" {
 		return f.Value.String(), "flag --config"

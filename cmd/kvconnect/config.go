@@ -123,7 +123,7 @@ func checkFile(path string) (*config.Loaded, error) {
 	case "vllm":
 		return config.Load(config.Options{KVTransferConfig: "@" + path, Environ: []string{}})
 	default:
-		return config.Load(config.Options{ConfigFile: path, Environ: []string{}})
+		return config.Load(config.Options{ConfigFile: path, ConfigFileSource: "argument", Environ: []string{}})
 	}
 }
 
