@@ -135,16 +135,25 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return bench.ServeRawProcess(cmd.InOrStdin(), cmd.OutOrStdout(), int(n))
 	}
 	if f.suite {
-		for _, name := range []string{"segment-id", "verify", "in-process", "mode"} {
+		for _, name := range []string{"segment-id", "verify", "in-process", "mode", "cpuprofile", "trace"} {
 			if changed(name) {
-				return fmt.Errorf("--%s: not used with --suite (the suite runs every variant in loopback, without verification)", name)
+				return fmt.Errorf("--%s: not used with --suite (the suite runs every variant in loopback, without verification or profiles)", name)
 			}
 		}
 		return runSuite(cmd, f)
 	}
-	for _, name := range []string{"rounds", "out"} {
+	for _, name := range []string{"rounds", "out", "mooncake-bin", "floor-bin"} {
 		if changed(name) {
 			return fmt.Errorf("--%s: only with --suite", name)
+		}
+	}
+	if f.mode == "target" {
+		// A target serves what initiators ask: nothing of a workload of
+		// its own, nor a profile of one, applies.
+		for _, name := range []string{"operation", "block-size", "batch-size", "threads", "duration", "warmup", "verify", "cpuprofile", "trace"} {
+			if changed(name) {
+				return fmt.Errorf("--%s: not used with --mode target (the initiator runs the workload; give it there)", name)
+			}
 		}
 	}
 	switch f.mode {

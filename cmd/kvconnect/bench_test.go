@@ -138,7 +138,7 @@ func TestBenchTargetInitiator(t *testing.T) {
 	var tout, terr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runBenchCLI(ctx, &tout, &terr, "--mode", "target", "--buffer-size", "1MiB", "--block-size", "16KiB", "--plugin-dir", dir)
+		done <- runBenchCLI(ctx, &tout, &terr, "--mode", "target", "--buffer-size", "1MiB", "--plugin-dir", dir)
 	}()
 	defer func() {
 		cancel()
@@ -251,6 +251,38 @@ func TestBenchSuiteRefusesZeros(t *testing.T) {
 		out, err := runConfigCLI(t, nil, "bench", "--suite", c.flag, c.value, "--rounds", "0")
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("bench --suite %s %s: %v, want an error naming %s\n%s", c.flag, c.value, err, c.flag, out)
+		}
+	}
+}
+
+// TestBenchFlagsThatDoNothingAreRefused: a flag the chosen mode would
+// ignore (a workload given to a target, a profile of a suite, a suite's
+// binaries outside it) is an error naming it, before anything starts.
+func TestBenchFlagsThatDoNothingAreRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--suite", "--cpuprofile", "x.prof"},
+		{"bench", "--suite", "--trace", "x.trace"},
+		{"bench", "--mode", "target", "--verify"},
+		{"bench", "--mode", "target", "--duration", "5s"},
+		{"bench", "--mode", "target", "--block-size", "16KiB"},
+		{"bench", "--mooncake-bin", "/nowhere"},
+		{"bench", "--floor-bin", "/nowhere"},
+	} {
+		flag := ""
+		for _, a := range args {
+			if strings.HasPrefix(a, "--") && a != "--suite" && a != "--mode" {
+				flag = a
+			}
+		}
+		// A bad value checked later guards the run: even where the flag
+		// is not refused, nothing starts (the error then names the guard).
+		guard := []string{"--buffer-size", "0"}
+		if args[1] == "--suite" {
+			guard = []string{"--rounds", "0"}
+		}
+		_, err := runConfigCLI(t, nil, append(args, guard...)...)
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("kvconnect %q: %v, want an error naming %s", args, err, flag)
 		}
 	}
 }
