@@ -2,6 +2,8 @@ package connector_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"go.uber.org/zap"
@@ -16,7 +18,17 @@ import (
 // it a second time: each transport is tried once, and the log says why
 // tcp is not kept beside the one that runs.
 func TestKeepTCPDoesNotRetryAFailedTCP(t *testing.T) {
-	dir := testbin.PluginDir(t, "ucx") // no tcp plugin: tcp fails to start
+	// A plugin dir of its own: the ucx plugin, and a tcp plugin that
+	// exits at once, so tcp fails to start (found first, in plugin_dir,
+	// whatever else is installed).
+	dir := t.TempDir()
+	ucx := filepath.Join(testbin.PluginDir(t, "ucx"), "kvconnect-transport-ucx")
+	if err := os.Symlink(ucx, filepath.Join(dir, "kvconnect-transport-ucx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kvconnect-transport-tcp"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	core, logs := observer.New(zap.WarnLevel)
 	cfg := connector.Config{Protocol: "nosuch", Fallback: []string{"tcp", "ucx"}, PluginDir: dir}
 	c, err := connector.New(context.Background(), cfg, connector.WithLogger(zap.New(core)))
