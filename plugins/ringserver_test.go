@@ -256,8 +256,11 @@ func TestClaimsCountBatchesTakenAtTheLastLook(t *testing.T) {
 		if round == 10 {
 			t.Fatalf("the sleeper ran no lone batch in 10 tries (sleeper %d, standby %d, spinner %d claims)", s.bySleeper.Load(), s.byStandby.Load(), s.bySpinner.Load())
 		}
-		testbin.Eventually(t, "the sleeper to sleep with no worker spinning", func() bool {
-			return served.Load(ring.SQIdle) == 1 && served.Load(ring.SQSpin) == 0
+		// ... and past the hold a batch the standby or a worker ran puts on
+		// the sleeper's own runs (concurrentHold): a fast machine otherwise
+		// runs every round within it, and the sleeper never runs one.
+		testbin.Eventually(t, "the sleeper to sleep with no worker spinning, past the concurrency hold", func() bool {
+			return served.Load(ring.SQIdle) == 1 && served.Load(ring.SQSpin) == 0 && time.Now().UnixNano() >= s.concurrentUntil.Load()
 		})
 		publish()
 		host.NotifySQ()
