@@ -46,6 +46,15 @@ func (ld *loader) envLayer() {
 			ld.ascendEnv(l, v, get)
 		case "ASCEND_NPU_PHY_ID":
 			// read with ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE
+		case "MC_FORCE_HCA":
+			// Mooncake: fail rather than fall back to TCP when its RDMA
+			// devices are missing; here, no fallback from the protocol.
+			on, valid := parseBool(v)
+			if !valid {
+				ld.problem(&Problem{Key: ce.Name, Value: v, Source: "env " + ce.Name, Allowed: boolAllowed})
+			} else if on {
+				l.set(ce.Key, entry{value: "none", source: "env " + ce.Name, text: true})
+			}
 		case "MC_FORCE_TCP":
 			on, valid := parseBool(v)
 			if !valid {

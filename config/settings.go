@@ -272,5 +272,6 @@ var compatEnvs = []CompatEnv{
 	{"MC_IB_PORT", "transports.rdma.ib_port", "Mooncake: port of the RDMA device, from 1"},
 	{"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", "protocol", "SGLang: true selects protocol ascend, with transports.ascend.npu_id from ASCEND_NPU_PHY_ID"},
 	{"ASCEND_NPU_PHY_ID", "transports.ascend.npu_id", "SGLang: physical NPU id used with ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE; -1 or unset = local_device_index"},
+	{"MC_FORCE_HCA", "fallback", "Mooncake: true requires the protocol's devices (RDMA): no fallback, as fallback: [] (KVCONNECT_FALLBACK and --fallback override it)"},
 	{"MC_FORCE_TCP", "protocol", "Mooncake: true forces protocol tcp whatever else says otherwise, flags included"},
 }
