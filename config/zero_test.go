@@ -40,27 +40,3 @@ func TestZeroWrittenIsAProblem(t *testing.T) {
 		}
 	}
 }
-
-// TestMCForceHCAMeansNoFallback: Mooncake's MC_FORCE_HCA=1 (fail rather
-// than fall back to TCP without RDMA devices) is strict mode, with its
-// source; KVCONNECT_FALLBACK overrides it; a value that is not a boolean
-// is a problem naming the variable.
-func TestMCForceHCAMeansNoFallback(t *testing.T) {
-	ld, err := Load(Options{Environ: []string{"MOONCAKE_PROTOCOL=rdma", "MC_FORCE_HCA=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fb := ld.Config.Fallback; fb == nil || len(fb) != 0 {
-		t.Fatalf("fallback %#v with MC_FORCE_HCA=1, want [] (strict)", fb)
-	}
-	if ld, err = Load(Options{Environ: []string{"MC_FORCE_HCA=0"}}); err != nil || ld.Config.Fallback != nil {
-		t.Fatalf("MC_FORCE_HCA=0: fallback %#v, %v; want unset", ld.Config.Fallback, err)
-	}
-	if ld, err = Load(Options{Environ: []string{"MC_FORCE_HCA=1", "KVCONNECT_FALLBACK=tcp"}}); err != nil || len(ld.Config.Fallback) != 1 {
-		t.Fatalf("KVCONNECT_FALLBACK over MC_FORCE_HCA: fallback %#v, %v; want [tcp]", ld.Config.Fallback, err)
-	}
-	_, err = Load(Options{Environ: []string{"MC_FORCE_HCA=maybe"}})
-	if ps := Problems(err); len(ps) != 1 || ps[0].Key != "MC_FORCE_HCA" {
-		t.Fatalf("MC_FORCE_HCA=maybe: %v, want a problem naming it", err)
-	}
-}
