@@ -68,6 +68,10 @@ func diagnosisOf(err error) *Diagnosis {
 type ChainError struct {
 	Attempts []Attempt
 	Strict   bool // fallback: [] was configured
+	// Untried lists the transports of the chain after the last attempt,
+	// which its failure stopped (a configuration mistake, which falling
+	// back would hide, or the start canceled).
+	Untried []string
 }
 
 func (e *ChainError) Error() string {
@@ -76,9 +80,13 @@ func (e *ChainError) Error() string {
 	for i, a := range e.Attempts {
 		names[i] = a.Transport
 	}
-	if e.Strict {
+	switch {
+	case e.Strict:
 		fmt.Fprintf(&b, "connector: transport %s failed to initialise and fallback is disabled (fallback: [])", names[0])
-	} else {
+	case len(e.Untried) > 0:
+		fmt.Fprintf(&b, "connector: the fallback chain stopped at %s: its failure is a mistake to fix (or the start was canceled), not a reason to run on another transport; not tried: %s",
+			names[len(names)-1], strings.Join(e.Untried, ", "))
+	default:
 		fmt.Fprintf(&b, "connector: no transport could start (tried %s)", strings.Join(names, ", "))
 	}
 	for _, a := range e.Attempts {
@@ -224,6 +232,7 @@ func (c *Connector) startTransport(ctx context.Context, name string) (*activeTra
 func (c *Connector) startChain(ctx context.Context) error {
 	chain := c.opts.catalog.Chain(c.cfg.Protocol, c.cfg.Fallback)
 	strict := c.cfg.Fallback != nil && len(c.cfg.Fallback) == 0
+	var untried []string
 	for i, name := range chain {
 		start := time.Now()
 		at, err := c.startTransport(ctx, name)
@@ -237,17 +246,19 @@ func (c *Connector) startChain(ctx context.Context) error {
 			}
 			break
 		}
+		stop := !fallsBack(err) || ctx.Err() != nil
 		next := ""
-		if i+1 < len(chain) && fallsBack(err) {
+		if i+1 < len(chain) && !stop {
 			next = chain[i+1]
 		}
 		c.logAttempt(a, next)
-		if !fallsBack(err) || ctx.Err() != nil {
+		if stop {
+			untried = chain[i+1:]
 			break
 		}
 	}
 	if len(c.transports) == 0 {
-		return &ChainError{Attempts: append([]Attempt(nil), c.attempts...), Strict: strict}
+		return &ChainError{Attempts: append([]Attempt(nil), c.attempts...), Strict: strict, Untried: untried}
 	}
 	// Strict mode (fallback: []) means "this transport or nothing": no tcp
 	// beside it either.

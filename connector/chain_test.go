@@ -113,6 +113,9 @@ func TestConfigErrorStopsTheChain(t *testing.T) {
 	if !strings.Contains(err.Error(), "transports.tcp.connections") {
 		t.Fatalf("error %q does not name the bad option", err)
 	}
+	if !strings.Contains(err.Error(), "chain stopped at tcp") || !strings.Contains(err.Error(), "not tried: nosuch") || len(ce.Untried) != 1 {
+		t.Fatalf("error %q (untried %v): want it to say the chain stopped at tcp, nosuch not tried", err, ce.Untried)
+	}
 	var ie *plugins.InitError
 	if !errors.As(err, &ie) || ie.Transport != "tcp" || ie.Step != plugins.StepConfigure {
 		t.Fatalf("diagnosis %+v: want tcp at step %q", ie, plugins.StepConfigure)
