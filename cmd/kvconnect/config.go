@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvconnect/kvconnect/config"
 	"github.com/kvconnect/kvconnect/units"
@@ -85,6 +86,17 @@ func newConfigCheckCommand() *cobra.Command {
 					return exitError{code: 1}
 				}
 				return nil
+			}
+			// Each file is checked on its own: configuration flags would
+			// apply to none of them.
+			var given []string
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				if f.Name != "log-level" && f.Name != "log-format" {
+					given = append(given, "--"+f.Name)
+				}
+			})
+			if len(given) > 0 {
+				return fmt.Errorf("%s: not used when files are named (each file is checked on its own); run config check without files to check flags with the rest of the configuration", strings.Join(given, ", "))
 			}
 			bad := 0
 			for _, f := range files {

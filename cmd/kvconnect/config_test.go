@@ -253,10 +253,13 @@ func TestConfigShowHidesPasswords(t *testing.T) {
 }
 
 // TestConfigWithoutASubcommandFails: `config` alone, a misspelled
-// subcommand and `config check ""` (an unset variable in a script) fail
-// instead of printing help, or "ok", and exiting 0.
+// subcommand, `config check ""` (an unset variable in a script) and
+// configuration flags beside named files (which apply to none of them)
+// fail instead of printing help, or "ok", and exiting 0.
 func TestConfigWithoutASubcommandFails(t *testing.T) {
-	for _, args := range [][]string{{"config"}, {"config", "chek"}, {"config", "check", ""}} {
+	f := writeTemp(t, "ok.yaml", "protocol: tcp\n")
+	for _, args := range [][]string{{"config"}, {"config", "chek"}, {"config", "check", ""},
+		{"config", "check", "--set", "bogus=1", f}, {"config", "check", "--protocol", "rdam", f}} {
 		out, err := runConfigCLI(t, nil, args...)
 		if err == nil {
 			t.Errorf("kvconnect %q succeeded:\n%s", args, out)
