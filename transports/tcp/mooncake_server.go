@@ -8,7 +8,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/transports/tcp/internal/mcwire"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/wire"
 )
 
 // serveMooncake answers an unmodified Mooncake Transfer Engine peer on
@@ -57,6 +59,14 @@ func (tc *targetConn) serveMooncake(first [mcwire.HeaderSize]byte, have int) {
 				mcwire.EncodeStatus(&sb, mcwire.StatusRejected)
 				tc.nc.SetWriteDeadline(time.Now().Add(time.Duration(t.opts.OpTimeout)))
 				tc.nc.Write(sb[:])
+				if h.Write && h.Size <= wire.MaxLength && (errors.Is(err, plugins.ErrUnknownRegion) || errors.Is(err, plugins.ErrOutOfBounds)) {
+					// Take the payload the client is still sending (bounded:
+					// one chunk at most, within op_timeout) before closing:
+					// a close with unread bytes resets the connection, and
+					// the client would report it broken, not the rejection.
+					tc.nc.SetReadDeadline(time.Now().Add(time.Duration(t.opts.OpTimeout)))
+					io.CopyN(io.Discard, tc.rw, int64(h.Size))
+				}
 			}
 			return
 		}
