@@ -58,7 +58,7 @@ func (ck *checker) set(key string) bool {
 		return false
 	}
 	_, src := ck.origin(key)
-	return src != ""
+	return src != "" && src != "default"
 }
 
 // known lists the transports the catalog knows; a name one or two letters

@@ -52,7 +52,7 @@ listens, and serves until SIGINT or SIGTERM.`,
 			if !strings.HasPrefix(path, "/") {
 				return fmt.Errorf("--path %q: want a path starting with /, like /metadata", path)
 			}
-			_, log, err := loadConfig(cmd)
+			log, err := loadLogging(cmd)
 			if err != nil {
 				return err
 			}

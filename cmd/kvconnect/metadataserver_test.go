@@ -116,3 +116,24 @@ func TestMetadataServerPortInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataServerIgnoresNodeSettings: the metadata server uses the log
+// settings only; a node's setting that does not load (the environment
+// may hold one meant for a node) does not stop it, a bad log setting
+// does.
+func TestMetadataServerIgnoresNodeSettings(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A taken port: the command fails at once, after loading its settings.
+	_, err = runConfigCLI(t, []string{"KVCONNECT_RPC_PORT=abc"}, "metadata-server", "--listen", ln.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("metadata-server with KVCONNECT_RPC_PORT=abc: %v, want it to get as far as its port", err)
+	}
+	_, err = runConfigCLI(t, []string{"KVCONNECT_LOG_LEVEL=loud"}, "metadata-server", "--listen", ln.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "log_level") {
+		t.Errorf("metadata-server with KVCONNECT_LOG_LEVEL=loud: %v, want an error naming log_level", err)
+	}
+}

@@ -35,6 +35,25 @@ var environ = os.Environ
 // loadConfig loads the layered configuration for cmd (the config flags
 // every command takes, and the environment) and builds its logger. Notes
 // on resolved conflicts and warnings are logged at warn level.
+// loadLogging is loadConfig for a command that uses the log settings
+// only (metadata-server): a problem in a node's settings, which the
+// environment may hold for another process, does not stop it; one in
+// the log settings, or a config file that cannot be read, does.
+func loadLogging(cmd *cobra.Command) (*zap.Logger, error) {
+	loaded, err := config.Load(config.Options{Flags: cmd.Flags(), Environ: environ()})
+	problems := config.Problems(err)
+	if err != nil && len(problems) == 0 {
+		return nil, err
+	}
+	for _, p := range problems {
+		switch p.Key {
+		case "log_level", "log_format", "config", "kv_transfer_config":
+			return nil, err
+		}
+	}
+	return logging.New(loaded.LogLevel, loaded.LogFormat)
+}
+
 func loadConfig(cmd *cobra.Command) (*config.Loaded, *zap.Logger, error) {
 	loaded, err := config.Load(config.Options{Flags: cmd.Flags(), Environ: environ()})
 	if err != nil {
