@@ -112,6 +112,29 @@ func (ck *checker) checkAuth(c *Config, read func(string) ([]byte, error)) {
 	if read == nil {
 		read = os.ReadFile
 	}
+	// An empty variable: most often a secret that failed to load (the
+	// file behind KVCONNECT_AUTH_SECRET="$(cat ...)" missing, a mount not
+	// there). Read as unset it would turn authentication off, for the
+	// whole deployment, without a word: so it is an error. (An empty
+	// string written in a file is the documented way to say "off".)
+	for _, key := range []string{"auth_secret", "auth_secret_file"} {
+		if ck.origin == nil {
+			break
+		}
+		v, src := ck.origin(key)
+		var str string
+		switch x := v.(type) {
+		case auth.Secret:
+			str = string(x)
+		case string:
+			str = x
+		}
+		if strings.HasPrefix(src, "env ") && strings.TrimSpace(str) == "" {
+			ck.add(&Problem{Key: key, Value: redactedValue, Reason: "the variable is set, but empty (a secret that failed to load?)",
+				Allowed: "a secret (auth_secret) or a file of secrets (auth_secret_file); to run without authentication, unset the variable"})
+			return
+		}
+	}
 	k, p := c.keyring(read)
 	if p != nil {
 		ck.add(p)

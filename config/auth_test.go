@@ -147,3 +147,43 @@ func TestAuthSecretInTwoPlacesHidden(t *testing.T) {
 		t.Errorf("auth_secret from %s", l.Source("auth_secret"))
 	}
 }
+
+// TestEmptyAuthSecretIsAnError: a secret written but empty (what
+// KVCONNECT_AUTH_SECRET="$(cat /missing)" gives) must not read as "auth
+// off": that would run the node unauthenticated without a word.
+func TestEmptyAuthSecretIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		opts Options
+		key  string
+		src  string
+	}{
+		{"env empty", Options{Environ: []string{"KVCONNECT_AUTH_SECRET="}}, "auth_secret", "env KVCONNECT_AUTH_SECRET"},
+		{"env blank", Options{Environ: []string{"KVCONNECT_AUTH_SECRET=  \n"}}, "auth_secret", "env KVCONNECT_AUTH_SECRET"},
+		{"env blank over a file's secret", Options{Environ: []string{"KVCONNECT_AUTH_SECRET= ",
+			"KVCONNECT_CONFIG=" + writeFile(t, dir, "c.yaml", "auth_secret: "+testSecret+"\n")}}, "auth_secret", "env KVCONNECT_AUTH_SECRET"},
+		{"secret file path empty", Options{Environ: []string{"KVCONNECT_AUTH_SECRET_FILE="}}, "auth_secret_file", "env KVCONNECT_AUTH_SECRET_FILE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, probs := loadErr(t, tc.opts)
+			var found bool
+			for _, p := range probs {
+				if p.Key == tc.key && !p.Warning && strings.Contains(p.Error(), "set, but empty") && strings.Contains(p.Source, tc.src) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("problems %v, want an error for %s (set, but empty) from %s", probs, tc.key, tc.src)
+			}
+		})
+	}
+	// Unset, or written empty in a file (the example configs' way to
+	// say off), stays "auth off" without a problem.
+	for _, o := range []Options{{}, {Environ: []string{"KVCONNECT_CONFIG=" + writeFile(t, dir, "off.yaml", "auth_secret: \"\"\n")}}} {
+		l := mustLoad(t, o)
+		if k, err := l.Config.Keyring(); k != nil || err != nil {
+			t.Errorf("no secret (%v): keyring %v, %v", o.Environ, k, err)
+		}
+	}
+}

@@ -28,8 +28,17 @@ func (ld *loader) envLayer() {
 	l := newLayer()
 	get := func(name string) (string, bool) {
 		v, ok := ld.env[name]
-		if !ok || strings.TrimSpace(v) == "" {
-			return "", false // an empty variable counts as unset
+		if !ok {
+			return "", false
+		}
+		if strings.TrimSpace(v) == "" {
+			// An empty variable counts as unset, but for the secret:
+			// KVCONNECT_AUTH_SECRET="$(cat /missing)" is a secret that
+			// failed to load, and must not read as "auth off".
+			if k := keyForEnv(name); strings.HasPrefix(name, envPrefix) && (k == "auth_secret" || k == "auth_secret_file") {
+				return v, true
+			}
+			return "", false
 		}
 		return v, true
 	}
