@@ -751,11 +751,42 @@ func (ld *loader) redisMetadata() (bool, string) {
 	return strings.HasPrefix(str, "redis://") || strings.HasPrefix(str, "rediss://"), last.source
 }
 
+// looksSecret says whether a key, known or not, may hold a secret: a
+// secret setting, one nested under another name
+// (kv_connector_extra_config.auth_secret), or a name that says so.
+func looksSecret(key string) bool {
+	last := key[strings.LastIndexByte(key, '.')+1:]
+	if isSecret(key) || isSecret(last) {
+		return true
+	}
+	if _, known := lookupSetting(last); !known && closest(last, secretKeys) != "" { // a typo of one (auth_secert)
+		return true
+	}
+	l := strings.ToLower(last)
+	for _, w := range []string{"secret", "password", "passwd", "token", "credential"} {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretKeys are the settings whose values are never shown.
+var secretKeys = func() []string {
+	var out []string
+	for _, s := range settings {
+		if s.secret || s.kind == kindSecret {
+			out = append(out, s.key)
+		}
+	}
+	return out
+}()
+
 // maskProblem hides a secret value a problem would show, and the
 // password of a metadata URL.
 func maskProblem(p *Problem) {
 	switch {
-	case isSecret(p.Key) && p.Value != nil:
+	case p.Value != nil && (looksSecret(p.Key) || p.Suggestion != "" && looksSecret(p.Suggestion)):
 		p.Value = hidden
 	case p.Key == "metadata":
 		if s, ok := p.Value.(string); ok {

@@ -159,6 +159,8 @@ func (ld *loader) vllmLayer(m map[string]any, origin string) {
 		switch {
 		case k == "kv_connector_extra_config":
 			ld.vllmExtra(l, v, src, label)
+		case !known && isSecret(k):
+			ld.problem(secretInVLLM(k, k, label))
 		case !known:
 			ld.problem(&Problem{Key: k, Value: v, Source: label, Warning: true,
 				Reason:     "not a vLLM kv_transfer_config field kvconnect knows; ignored",
@@ -188,6 +190,8 @@ func (ld *loader) vllmExtra(l *layer, v any, src func(string) string, label stri
 		name := field + "." + k
 		f, known := vllmExtra[k]
 		switch {
+		case !known && isSecret(k):
+			ld.problem(secretInVLLM(name, k, label))
 		case !known:
 			ld.problem(&Problem{Key: name, Value: x, Source: label, Warning: true,
 				Reason:     "not a MooncakeConnector setting kvconnect knows; ignored",
@@ -198,6 +202,20 @@ func (ld *loader) vllmExtra(l *layer, v any, src func(string) string, label stri
 			ld.ignored = append(ld.ignored, Ignored{Field: name, Value: x, Source: label, Reason: f.reason})
 		}
 	}
+}
+
+// secretInVLLM refuses a kvconnect secret (auth_secret, metadata_password)
+// written in kv_transfer_config: that JSON is on vLLM's command line, in
+// ps and in its logs, so kvconnect does not read secrets there. Ignoring
+// it would run the node without the authentication the user asked for.
+func secretInVLLM(name, key, label string) *Problem {
+	where := fmt.Sprintf("%s in the environment (%s) or in a kvconnect config file", key, EnvName(key))
+	if key == "auth_secret" {
+		where = "auth_secret_file (a mode 600 file), or " + where
+	}
+	return &Problem{Key: name, Value: redactedValue, Source: label,
+		Reason:  "kvconnect reads no secret from kv_transfer_config: it is on vLLM's command line, where ps and vLLM's logs show it",
+		Allowed: where + "; remove it from kv_transfer_config"}
 }
 
 func prefixed(prefix, s string) string {

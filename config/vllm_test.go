@@ -188,3 +188,45 @@ func TestVLLMBufferDevice(t *testing.T) {
 		t.Errorf("warnings %v: want buffer_device cuda loaded with a host-memory warning from kv_transfer_config kv_buffer_device", l.Warnings)
 	}
 }
+
+// TestSecretInKVTransferConfig: a secret written in kv_transfer_config
+// (vLLM's command line) is refused, never shown, and an unknown key that
+// looks like a secret is shown hidden in its warning.
+func TestSecretInKVTransferConfig(t *testing.T) {
+	const secret = "SUPERSECRETVALUE-0123456789"
+	for _, tc := range []struct {
+		name, js, key string
+		warning       bool
+	}{
+		{"auth_secret in extra config", `{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"auth_secret":"` + secret + `"}}`, "kv_connector_extra_config.auth_secret", false},
+		{"metadata_password in extra config", `{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"metadata_password":"` + secret + `"}}`, "kv_connector_extra_config.metadata_password", false},
+		{"auth_secret at the top", `{"kv_connector":"MooncakeConnector","auth_secret":"` + secret + `"}`, "auth_secret", false},
+		{"another connector's token", `{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"api_token":"` + secret + `"}}`, "kv_connector_extra_config.api_token", true},
+		{"a typo of auth_secret", `{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"auth_secert":"` + secret + `"}}`, "kv_connector_extra_config.auth_secert", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Load(Options{KVTransferConfig: tc.js, Environ: []string{}})
+			probs := Problems(err)
+			var all []string
+			if err != nil {
+				all = append(all, err.Error())
+			}
+			if l != nil {
+				probs = append(probs, l.Warnings...)
+			}
+			var found bool
+			for _, p := range probs {
+				all = append(all, p.Error())
+				if p.Key == tc.key && p.Warning == tc.warning {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("problems %v, want one for %s (warning %v)", probs, tc.key, tc.warning)
+			}
+			if strings.Contains(strings.Join(all, "\n"), secret) || l != nil && shows(t, l, nil, secret) {
+				t.Errorf("the secret shows: %v", all)
+			}
+		})
+	}
+}
