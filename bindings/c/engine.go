@@ -30,6 +30,7 @@ type engine struct {
 	c        *connector.Connector
 	closed   bool
 	timeout  time.Duration // the node's transfer_timeout
+	warnings []string      // the configuration's warnings, for the status
 
 	regMu     sync.Mutex
 	memory    map[uint64]*connector.Region // registered caller memory, by first byte
@@ -167,6 +168,10 @@ func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName,
 		return codeErr(codeOf(r.err), fmt.Errorf("kvconnect: initialize(%q, %q, %q, %q): %w", localHostname, metadataServer, protocol, deviceName, r.err))
 	}
 	e.c, e.timeout = r.c, cfg.TransferTimeout
+	e.warnings = nil
+	for _, w := range loaded.Warnings {
+		e.warnings = append(e.warnings, w.Error()) // secrets are hidden in problems
+	}
 	return nil
 }
 
@@ -578,10 +583,14 @@ func (e *engine) free(id uint64) error {
 	return nil
 }
 
-func (e *engine) status() (connector.Status, error) {
+// status is the node's status and the configuration's warnings.
+func (e *engine) status() (connector.Status, []string, error) {
 	c, err := e.node()
 	if err != nil {
-		return connector.Status{}, err
+		return connector.Status{}, nil, err
 	}
-	return c.Status(), nil
+	e.mu.Lock()
+	w := e.warnings
+	e.mu.Unlock()
+	return c.Status(), w, nil
 }

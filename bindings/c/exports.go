@@ -142,7 +142,7 @@ func kvcgo_engine_rpc_port(h C.uint64_t) C.int {
 	if err != nil {
 		return fail(err)
 	}
-	st, err := e.status()
+	st, _, err := e.status()
 	if err != nil {
 		return fail(err)
 	}
@@ -175,12 +175,12 @@ func kvcgo_engine_status_json(h C.uint64_t) *C.char {
 		setError(err)
 		return nil
 	}
-	st, err := e.status()
+	st, warnings, err := e.status()
 	if err != nil {
 		setError(err)
 		return nil
 	}
-	b, err := json.Marshal(engineStatus{Status: st, Library: currentLibraryStatus()})
+	b, err := json.Marshal(engineStatus{Status: st, ConfigWarnings: warnings, Library: currentLibraryStatus()})
 	if err != nil {
 		setError(err)
 		return nil
@@ -192,7 +192,11 @@ func kvcgo_engine_status_json(h C.uint64_t) *C.char {
 // and the library's.
 type engineStatus struct {
 	connector.Status
-	Library libraryStatus `json:"library"`
+	// ConfigWarnings are the configuration's warnings (a secret file
+	// others can read, an unknown key): the library logs at error level
+	// by default, so the caller shows them (the Python package logs them).
+	ConfigWarnings []string      `json:"config_warnings,omitempty"`
+	Library        libraryStatus `json:"library"`
 }
 
 //export kvcgo_register_memory_batch

@@ -310,6 +310,30 @@ class InitializeTest(unittest.TestCase):
         for want in ("'rdma'", "'tcp'", "probe devices", "ENOSYS", "Hints"):
             self.assertIn(want, text)
 
+    def test_config_warnings_reach_the_log(self):
+        # The library logs at error level by default; a secret file others
+        # can read must still be said, in the serving stack's log.
+        import tempfile
+        d = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(d))
+        path = os.path.join(d, "secret")
+        with open(path, "w") as f:
+            f.write("s3cret-of-enough-bytes-for-a-test\n")
+        os.chmod(path, 0o644)
+        os.environ["KVCONNECT_AUTH_SECRET_FILE"] = path
+        try:
+            e = TransferEngine()
+            self.addCleanup(e.close)
+            with self.assertLogs("kvconnect", logging.WARNING) as logs:
+                self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0, e.last_error())
+        finally:
+            del os.environ["KVCONNECT_AUTH_SECRET_FILE"]
+        text = "\n".join(logs.output)
+        self.assertIn("other users can read it", text)
+        self.assertIn("chmod 600", text)
+        self.assertNotIn("s3cret", text)
+        self.assertIn("other users can read it", " ".join(e.status().get("config_warnings", [])))
+
     def test_strict_mode_fails_with_the_diagnosis_then_retry_tcp(self):
         os.environ["KVCONNECT_FALLBACK"] = "none"
         try:

@@ -293,6 +293,11 @@ class TransferEngine:
 
     def _report_fallback(self, protocol) -> None:
         st = self.status()
+        # The library logs at error level unless asked; the configuration's
+        # warnings (a secret file others can read, an unknown key) are shown
+        # here, in the serving stack's log.
+        for w in st.get("config_warnings") or []:
+            log.warning("kvconnect: %s", w)
         if not st.get("fallback"):
             log.info("kvconnect: engine up on %s (%s), session %s", st.get("transport"), st.get("mode"),
                      st.get("session"))
