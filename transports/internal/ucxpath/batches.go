@@ -144,6 +144,7 @@ func (l *loop) opDone(s uint32, st ucxlib.Status) {
 	b.release(i)
 	l.freeSlot(s)
 	if sl.abandoned {
+		sl.releaseHeld() // UCX is done with the memory only now
 		return
 	}
 	b.inflight--

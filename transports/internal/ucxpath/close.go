@@ -116,6 +116,7 @@ func (l *loop) finish() {
 				sl.b.res[sl.i].Err = fmt.Errorf("%s: %s to %s: %w", l.name, sl.b.ops[sl.i].Kind, sl.p.name, l.closedErr)
 			}
 			sl.b.release(sl.i)
+			sl.releaseHeld()
 		}
 	}
 	for b := range l.batches {

@@ -253,6 +253,10 @@ func (l *loop) failPeer(p *peer, err error) {
 		case slotOp:
 			sl.abandoned = true
 			b := sl.b
+			// The batch ends now, UCX's request does not: the slot keeps
+			// the local region until UCX is done with it (opDone), so a
+			// DeregisterRegion waits for it and the memory stays mapped.
+			sl.held, b.local[sl.i] = b.local[sl.i], nil
 			b.inflight--
 			b.res[sl.i].Err = fmt.Errorf("%s: %s to %s: %w", l.name, b.ops[sl.i].Kind, p.name, p.err)
 			l.maybeFinish(b)

@@ -2,6 +2,7 @@ package ucxpath
 
 import (
 	ucxlib "github.com/kvconnect/kvconnect/internal/ucx"
+	"github.com/kvconnect/kvconnect/plugins/regions"
 )
 
 type slotKind uint8
@@ -13,6 +14,10 @@ type slot struct {
 	p         *peer
 	fn        func(ucxlib.Status)
 	abandoned bool // its op was reported failed; release when UCX is done
+	// held is an abandoned op's local region, taken from its batch (which
+	// ends without waiting for UCX): UCX may still read or write it, so
+	// it is released when UCX is done with the op, never before.
+	held *regions.Entry
 }
 
 func (l *loop) allocSlot(kind slotKind) (uint32, bool) {
@@ -26,6 +31,14 @@ func (l *loop) allocSlot(kind slotKind) (uint32, bool) {
 		l.opSlots++
 	}
 	return s, true
+}
+
+// releaseHeld releases what an abandoned op's slot holds.
+func (sl *slot) releaseHeld() {
+	if sl.held != nil {
+		sl.held.Release()
+		sl.held = nil
+	}
 }
 
 func (l *loop) freeSlot(s uint32) {
