@@ -90,7 +90,13 @@ func findPlugin(name, pluginDir string) (string, []place, error) {
 			}
 			continue
 		}
-		return places[i].path, places, nil
+		path := places[i].path
+		// A relative directory (plugin_dir: .) gives a path without a
+		// slash, which exec would look up on PATH instead: run this file.
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		return path, places, nil
 	}
 	if notExec >= 0 {
 		p := places[notExec]

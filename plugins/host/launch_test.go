@@ -81,6 +81,33 @@ func TestLaunchTCPPluginAndClose(t *testing.T) {
 	}
 }
 
+// TestLaunchFromARelativePluginDir: plugin_dir "." (or any relative
+// directory) runs the file found there, not a same-named binary on PATH
+// (exec looks a path without a slash up on PATH).
+func TestLaunchFromARelativePluginDir(t *testing.T) {
+	isolate(t)
+	bin := build(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
+	dir := t.TempDir()
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kvconnect-transport-tcp"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	t.Setenv("PATH", t.TempDir()) // holds no plugin
+	t.Setenv(EnvPluginDir, "")
+	p, err := Launch(t.Context(), LaunchConfig{Name: "tcp", PluginDir: ".", Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatalf("Launch from plugin_dir \".\": %v", err)
+	}
+	defer p.Close(context.Background())
+	if want := filepath.Join(dir, "kvconnect-transport-tcp"); p.Path() != want {
+		t.Errorf("Path() = %q, want %q", p.Path(), want)
+	}
+}
+
 func TestLaunchPluginNotFoundNamesEveryPathSearched(t *testing.T) {
 	isolate(t)
 	pluginDir, envDir, path1, path2 := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
