@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -213,4 +216,77 @@ func TestCloseOfAPluginThatStoppedAnswering(t *testing.T) {
 		t.Fatal("Close of a plugin that answers nothing still running after 2 minutes")
 	}
 	assertNoChildren(t)
+}
+
+// TestCloseWithoutDeadlineOfAPluginThatStoppedAnswering: with a ctx that
+// has no deadline, Close of a plugin that answers nothing still ends
+// (killWait bounds its Close request too), and the process is reaped.
+func TestCloseWithoutDeadlineOfAPluginThatStoppedAnswering(t *testing.T) {
+	isolate(t)
+	defer func(d time.Duration) { killWait = d }(killWait)
+	killWait = time.Second
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Init(t.Context(), plugins.InitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, errdefs.ErrTimeout) {
+			t.Errorf("Close of a plugin that answers nothing: %v, want ErrTimeout", err)
+		}
+	case <-time.After(2 * time.Minute):
+		syscall.Kill(p.Pid(), syscall.SIGKILL)
+		t.Fatal("Close(context.Background()) of a plugin that answers nothing still running after 2 minutes")
+	}
+	assertNoChildren(t)
+}
+
+// TestCloseOfAPluginWhoseChildHoldsItsOutput: a plugin that started a
+// process inheriting its stdout and stderr (a helper, a wrapper script's
+// background job) still closes, and is reaped: go-plugin reads the output
+// to its end before it reaps the plugin, and that end would never come.
+func TestCloseOfAPluginWhoseChildHoldsItsOutput(t *testing.T) {
+	isolate(t)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t),
+		Env: []string{"FAKEPLUGIN_CHILD=" + pidFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		p.Close(context.Background())
+		t.Fatal(err)
+	}
+	child, _ := strconv.Atoi(string(b))
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	pid := p.Pid()
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closed <- p.Close(ctx)
+	}()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Close of a plugin whose child holds its stdout/stderr still running after 2 minutes")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("after Close, kill(%d, 0) = %v, want ESRCH (reaped)", pid, err)
+	}
+	if err := syscall.Kill(child, 0); err != nil {
+		t.Errorf("the plugin's child is gone too (%v): the test did not hold the output open", err)
+	}
 }

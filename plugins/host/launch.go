@@ -170,7 +170,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	p.grpcClient = &grpcClient{rpc: raw.(proto.TransportClient), name: cfg.Name, fds: p.host, crashed: p.crashReason, exited: p.exited, log: log}
 	// The first call proves the plugin serves the transport service, and
 	// leaves its Info for after Close.
-	if _, err := p.Info(ctx); err != nil {
+	// Bounded like the handshake: a plugin that stops answering right
+	// after it would otherwise hold a ctx without a deadline forever.
+	ictx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	_, err = p.Info(ictx)
+	cancel()
+	if err != nil {
 		p.Close(context.Background())
 		var ie *errdefs.InitError
 		if errors.As(err, &ie) {

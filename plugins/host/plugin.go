@@ -152,6 +152,11 @@ func (p *Plugin) Close(ctx context.Context) error {
 	}
 	p.closed = true
 	p.closeMu.Unlock()
+	// One bound for the whole shutdown, also when ctx has none: a plugin
+	// that stopped answering (SIGSTOP, wedged in a driver call) must not
+	// hold the Close request, and so Close, forever.
+	ctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
 	var err error
 	if p.grpcClient != nil {
 		select {
@@ -176,10 +181,11 @@ func (p *Plugin) Close(ctx context.Context) error {
 	return err
 }
 
-// killWait bounds how long Close lets go-plugin end the process its
-// own way (a shutdown request, then up to 2 s for the process to exit,
-// then SIGKILL) when ctx has no earlier end.
-const killWait = 10 * time.Second
+// killWait bounds how long Close waits for the plugin to close and end
+// its process its own way (the Close request, go-plugin's shutdown
+// request, then up to 2 s for the process to exit) before SIGKILL, when
+// ctx has no earlier end.
+var killWait = 10 * time.Second // a variable for tests
 
 // kill ends the plugin process. go-plugin's Kill first asks the plugin
 // to shut down over gRPC, with no time limit: a plugin that stopped
@@ -192,13 +198,10 @@ func (p *Plugin) kill(ctx context.Context) {
 		defer close(done)
 		p.client.Kill()
 	}()
-	t := time.NewTimer(killWait)
-	defer t.Stop()
 	select {
 	case <-done:
 		return
-	case <-ctx.Done():
-	case <-t.C:
+	case <-ctx.Done(): // Close bounds it with killWait
 	}
 	p.log.Warn("the transport plugin did not shut down when asked; killing it", zap.String("path", p.path), zap.Int("pid", p.Pid()))
 	p.proc.mu.Lock()

@@ -28,7 +28,8 @@ type procRunner struct {
 	stdout     *recorder
 	stderr     io.ReadCloser
 	tail       *tailBuffer
-	done       chan struct{} // closed once the process has been waited for
+	done       chan struct{} // closed once the process has been waited for and its output read
+	reaped     chan struct{} // closed once the process has been waited for (set by Start)
 
 	mu        sync.Mutex
 	attempted bool // go-plugin called Start
@@ -37,6 +38,7 @@ type procRunner struct {
 	killed    bool // the host sent SIGKILL (go-plugin on a failed handshake, Close, or a canceled ctx)
 	canceled  bool
 	st        *os.ProcessState
+	waitErr   error
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -49,28 +51,50 @@ func (r *procRunner) Start(context.Context) error {
 		r.canceled = true
 		return err
 	}
-	out, err := r.cmd.StdoutPipe()
-	if err != nil {
-		r.execErr = err
-		return err
-	}
-	if r.stderr, err = r.cmd.StderrPipe(); err != nil {
-		r.execErr = err
-		return err
-	}
-	r.stdout = &recorder{r: out, max: 1024}
+	// The output reaches go-plugin through exec's copying goroutines, not
+	// StdoutPipe: a process the plugin started (a helper, a shell
+	// wrapper's background job) can keep the pipes open after the plugin
+	// exited, and go-plugin reaps the plugin only once both reach EOF.
+	// WaitDelay bounds that: outputHeld after the exit, the pipes close.
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	r.cmd.Stdout, r.cmd.Stderr, r.cmd.WaitDelay = outW, errW, outputHeld
+	r.stdout, r.stderr = &recorder{r: outR, max: 1024}, errR
 	if err := r.cmd.Start(); err != nil {
 		r.execErr = err
+		outW.Close()
+		errW.Close()
 		return err
 	}
 	r.pid = r.cmd.Process.Pid
+	r.reaped = make(chan struct{})
+	go r.reap(outW, errW)
 	return nil
 }
 
-func (r *procRunner) Wait(context.Context) error {
+// outputHeld is how long after the plugin's exit its output may stay
+// open (held by a process it started) before the host stops reading it.
+const outputHeld = 2 * time.Second
+
+// reap waits for the process, then ends its output for go-plugin.
+func (r *procRunner) reap(outW, errW *io.PipeWriter) {
 	err := r.cmd.Wait()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		r.tail.Write([]byte("[kvconnect: the plugin exited, but a process it started kept its stdout/stderr open; stopped reading them]\n"))
+	}
+	outW.Close()
+	errW.Close()
 	r.mu.Lock()
-	r.st = r.cmd.ProcessState
+	r.st, r.waitErr = r.cmd.ProcessState, err
+	r.mu.Unlock()
+	close(r.reaped)
+}
+
+// Wait is go-plugin's: it calls it once it read the output to its end.
+func (r *procRunner) Wait(context.Context) error {
+	<-r.reaped
+	r.mu.Lock()
+	err := r.waitErr
 	r.mu.Unlock()
 	close(r.done)
 	return err

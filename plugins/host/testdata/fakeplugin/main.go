@@ -6,12 +6,17 @@
 // plugin mapped it. Transfer to peer 98 ends the process mid-batch; to
 // peer 99 it waits for its context, then fails with the context's error.
 // FAKEPLUGIN_CLOSE=exit makes Close end the process before it answers.
+// FAKEPLUGIN_CHILD=file starts a long sleep that inherits the plugin's
+// stdout and stderr (as a helper or a shell wrapper's background job
+// would) and writes its pid to file.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -79,4 +84,18 @@ func (fake) Transfer(ctx context.Context, peer plugins.PeerID, ops []plugins.Op,
 	return nil
 }
 
-func main() { plugins.Serve(fake{}) }
+func main() {
+	if f := os.Getenv("FAKEPLUGIN_CHILD"); f != "" {
+		cmd := exec.Command("sleep", "3600")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(f, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	plugins.Serve(fake{})
+}
