@@ -67,11 +67,28 @@ func (s *socketDirSet) acquire() (string, error) {
 	}
 	// Created every time, not only by the first user: a cleaner of /tmp
 	// may have removed it meanwhile.
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return "", err
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if !os.IsExist(err) {
+			return "", err
+		}
+		// There already: ours, or made by someone who guessed the name
+		// (pid and start time are public in /proc) to swap the plugin's
+		// socket under us. Only a directory of this user that no one
+		// else may enter is used; otherwise go-plugin makes its own in
+		// TMPDIR (a random name), and only the sweep after a crash is lost.
+		if !privateDir(dir) {
+			return "", nil
+		}
 	}
 	s.users[dir]++
 	return dir, nil
+}
+
+// privateDir reports whether path is a directory (not a link) owned by
+// this user, that no other user may read, write or enter.
+func privateDir(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && ownedByUs(path) && fi.Mode().Perm()&0o077 == 0
 }
 
 // release ends one use of dir; the last removes it (if empty: a plugin

@@ -177,3 +177,55 @@ func TestSocketDirLongTMPDIR(t *testing.T) {
 	}
 	os.Remove(long)
 }
+
+// A socket base directory someone else made before this process's first
+// plugin (its name is guessable from /proc) is not used: the plugin's
+// socket goes in a directory go-plugin makes in TMPDIR, with a random
+// name, and nothing is created inside the planted one.
+func TestSocketDirPlantedIsNotUsed(t *testing.T) {
+	isolate(t)
+	tmp := os.Getenv("TMPDIR")
+	planted := filepath.Join(tmp, fmt.Sprintf("%s%d.%s", socketDirPrefix, os.Getpid(), processStart(os.Getpid())))
+	cases := []struct {
+		name  string
+		plant func() error
+	}{
+		{"open to others", func() error {
+			if err := os.Mkdir(planted, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(planted, 0o777)
+		}},
+		{"a symlink", func() error { return os.Symlink(t.TempDir(), planted) }},
+	}
+	if os.Getuid() == 0 { // root can make one that another user owns
+		cases = append(cases, struct {
+			name  string
+			plant func() error
+		}{"owned by another user", func() error {
+			if err := os.Mkdir(planted, 0o700); err != nil {
+				return err
+			}
+			return os.Chown(planted, 65534, 65534)
+		}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.plant(); err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(planted)
+			p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			if filepath.Dir(p.proc.socketDir) != tmp {
+				t.Errorf("socket dir %s, want one go-plugin made in TMPDIR %s", p.proc.socketDir, tmp)
+			}
+			if ents, _ := os.ReadDir(planted); len(ents) != 0 {
+				t.Errorf("the planted directory was used: %v", ents)
+			}
+		})
+	}
+}
