@@ -86,5 +86,9 @@ type EPError struct {
 // MaxMessage is the largest control message a worker accepts.
 const MaxMessage = 64 << 10
 
+// MaxAddress is the largest worker address Connect accepts (UCX's are
+// hundreds of bytes to a few KiB).
+const MaxAddress = 64 << 10
+
 // MaxRkey is the largest packed remote key UnpackRkey accepts.
 const MaxRkey = 16 << 10

@@ -392,10 +392,16 @@ func (w *Worker) Connect(addr []byte, peerErrors bool) (EP, error) {
 	if len(addr) == 0 {
 		return 0, fmt.Errorf("ucp_ep_create: empty worker address: %w", errdefs.ErrInvalidArgument)
 	}
-	// UCX reads the address during the call only; copy it to C memory so
-	// no Go pointer is handed over.
-	ca := C.CBytes(addr)
+	// UCX reads the address during the call only, and takes no length: it
+	// comes from a peer (its descriptor, a hello), so copy it to C memory
+	// followed by zeros, and a truncated or garbled one is never read past
+	// the end of the allocation. No Go pointer is handed over.
+	if len(addr) > MaxAddress {
+		return 0, fmt.Errorf("ucp_ep_create: %d-byte worker address is larger than %d: %w", len(addr), MaxAddress, errdefs.ErrInvalidArgument)
+	}
+	ca := C.calloc(C.size_t(len(addr)+rkeyPad), 1)
 	defer C.free(ca)
+	copy(unsafe.Slice((*byte)(ca), len(addr)), addr)
 	var ep C.uintptr_t
 	pe := C.int(0)
 	if peerErrors {
