@@ -150,6 +150,31 @@ func TestDeviceNameSelectsDevice(t *testing.T) {
 	}
 }
 
+// A device_name (or net_devices) naming no device UCX can use: UCX only
+// warns and starts with shared-memory lanes, which would reach no other
+// host. Init fails at probe devices naming the device and listing this
+// host's network devices; with lanes that are shared memory by choice it
+// starts.
+func TestDeviceNameUnusableIsDiagnosed(t *testing.T) {
+	for _, c := range []struct{ device, opts string }{
+		{"mlx5_0", `{}`},
+		{"eth9", `{}`},
+		{"", `{"net_devices":"mlx5_7:1"}`},
+	} {
+		ie := initErr(t, ucx.New(), plugins.InitRequest{DeviceName: c.device, Options: []byte(c.opts)})
+		if ie.Step != plugins.StepProbeDevices || !errors.Is(ie, plugins.ErrUnavailable) ||
+			!strings.Contains(ie.Cause, "none of the network devices asked for") || !strings.Contains(ie.Cause, "lo") {
+			t.Errorf("device_name %q, options %s: %+v", c.device, c.opts, ie)
+		}
+		t.Log(ie)
+	}
+	tr := ucx.New()
+	defer tr.Close(context.Background())
+	if _, err := tr.Init(context.Background(), plugins.InitRequest{Hostname: "127.0.0.1", DeviceName: "mlx5_0", Options: []byte(`{"tls":"sm"}`)}); err != nil {
+		t.Errorf("shared-memory lanes by choice, device_name mlx5_0: %v", err)
+	}
+}
+
 // The rdma transport is this transport with RDMA lanes and a check that
 // UCX selected one: on a host without RDMA either UCX finds no device for
 // the RDMA lanes, or (lanes widened to tcp) the check is the diagnosis.

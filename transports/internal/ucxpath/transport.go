@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,6 +241,9 @@ func (t *Transport) start(opts Options, deviceName string) (lp *loop, tls, netde
 	if len(lp.resources) == 0 {
 		return fail(t.initError(plugins.StepProbeDevices, "UCX selected no transport", fmt.Errorf("%s: no UCX transport selected: %w", name, plugins.ErrUnavailable)))
 	}
+	if ie := t.netDevicesUnused(tls, netdev, deviceName, opts.NetDevices != "", lp.resources); ie != nil {
+		return fail(ie)
+	}
 	if t.v.Require != nil {
 		if err := t.v.Require(lp.resources); err != nil {
 			ie := t.initError(plugins.StepProbeDevices, fmt.Sprintf("%v (UCX selected %s)", err, resourceList(lp.resources)), err)
@@ -250,6 +254,61 @@ func (t *Transport) start(opts Options, deviceName string) (lp *loop, tls, netde
 		}
 	}
 	return lp, tls, netdev, nil
+}
+
+// netDevicesUnused diagnoses network devices asked for (net_devices, or
+// device_name) of which UCX could use none: UCX only warns on its stderr
+// and starts with the shared-memory lanes, so the transport would come up
+// reaching this host only, and fail every peer elsewhere without naming
+// the device. Lanes that are all shared memory by choice (tls) are not
+// checked.
+func (t *Transport) netDevicesUnused(tls, netdev, deviceName string, explicit bool, rs []ucxlib.Resource) *plugins.InitError {
+	if netdev == "" || netdev == "all" || sharedMemoryOnly(tls) {
+		return nil
+	}
+	for _, r := range rs {
+		if !r.IsSharedMemory() {
+			return nil
+		}
+	}
+	from := fmt.Sprintf("device_name %q", deviceName)
+	if explicit {
+		from = fmt.Sprintf("transports.%s.net_devices", t.v.Name)
+	}
+	have := "unknown"
+	if res, err := ucxlib.Available(); err == nil {
+		var net []string
+		for _, r := range res {
+			if !r.IsSharedMemory() && !slices.Contains(net, r.Device) {
+				net = append(net, r.Device)
+			}
+		}
+		have = strings.Join(net, ", ")
+	}
+	ie := t.initError(plugins.StepProbeDevices,
+		fmt.Sprintf("UCX can use none of the network devices asked for (net_devices %q, from %s): it would start with shared-memory lanes only (UCX selected %s), reaching no other host; network devices on this host: %s",
+			netdev, from, resourceList(rs), have),
+		fmt.Errorf("%s: no usable network device among %q: %w", t.v.Name, netdev, plugins.ErrUnavailable))
+	ie.Hints = []string{
+		fmt.Sprintf("set device_name (or transports.%s.net_devices) to a device listed above, or to all", t.v.Name),
+		"`ucx_info -d` (Debian package ucx-utils) lists what UCX sees",
+	}
+	return ie
+}
+
+// sharedMemoryOnly reports whether a tls list selects shared-memory lanes
+// only (sm, posix, cma, ...).
+func sharedMemoryOnly(tls string) bool {
+	if tls == "" || strings.HasPrefix(tls, "^") {
+		return false
+	}
+	for _, x := range strings.Split(tls, ",") {
+		x = strings.TrimSpace(x)
+		if x != "sm" && x != "shm" && !slices.Contains(ucxlib.SharedMemoryTransports, x) {
+			return false
+		}
+	}
+	return true
 }
 
 func resourceList(rs []ucxlib.Resource) string {
