@@ -40,6 +40,12 @@ type Node struct {
 	mooncakeOpened    prometheus.Counter
 	buildInfo         prometheus.Gauge
 
+	// scrape orders scrapes: each applies the transports it saw (which
+	// instances are up, which were replaced) after the one before it did.
+	// Two overlapping scrapes around a plugin restart otherwise let the
+	// older view bring a replaced instance back, or retire the new one,
+	// and its counts were added twice, for good.
+	scrape sync.Mutex
 	served servedTracker
 	ring   ringTracker
 
@@ -135,6 +141,8 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range n.collectors() {
 		c.Collect(ch)
 	}
+	n.scrape.Lock()
+	defer n.scrape.Unlock()
 	snap := n.src.Snapshot()
 	collectState(ch, &snap)
 	collectMetadata(ch, snap.Metadata)

@@ -299,3 +299,60 @@ func TestMetadataState(t *testing.T) {
 		t.Errorf("resolve histogram %v", h)
 	}
 }
+
+// gateReporter reports like reporter, but once gated its Stats signals
+// entered and waits for open (or its context).
+type gateReporter struct {
+	reporter
+	gated   atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (r *gateReporter) Stats(ctx context.Context) (plugins.ServedStats, error) {
+	if r.gated.CompareAndSwap(true, false) {
+		close(r.entered)
+		select {
+		case <-r.open:
+		case <-ctx.Done():
+		}
+	}
+	return r.reporter.Stats(ctx)
+}
+
+// TestOverlappingScrapesAroundARestart: a scrape that saw the transports
+// before a plugin restart and ends after a later scrape that saw the new
+// instance must not bring the replaced instance back, nor retire the new
+// one: either way its counts were added twice, for good.
+func TestOverlappingScrapesAroundARestart(t *testing.T) {
+	n := newTestNode(t, metrics.Options{})
+	old := &gateReporter{entered: make(chan struct{}), open: make(chan struct{})}
+	old.set(1000, nil)
+	n.setTransports(metrics.TransportState{Name: "tcp", Plugin: true, PluginRunning: true, Healthy: true, Instance: old, Stats: old})
+	if got := served(n.gather(t)); got != 1000 {
+		t.Fatalf("served %v, want 1000", got)
+	}
+	old.gated.Store(true)
+	first := make(chan struct{})
+	go func() { defer close(first); n.reg.Gather() }() // sees the old instance
+	<-old.entered
+	renewed := &reporter{}
+	renewed.set(300, nil)
+	n.setTransports(metrics.TransportState{Name: "tcp", Plugin: true, PluginRunning: true, Healthy: true, Restarts: 1, Instance: renewed, Stats: renewed})
+	second := make(chan struct{})
+	go func() { defer close(second); n.reg.Gather() }() // sees the new one
+	// Let the second scrape end first if it can (it must not depend on
+	// it: a scrape that waits for the first is what makes this right).
+	select {
+	case <-second:
+	case <-time.After(2 * time.Second):
+	}
+	close(old.open)
+	<-first
+	<-second
+	for range 2 {
+		if got := served(n.gather(t)); got != 1300 {
+			t.Fatalf("served %v after overlapping scrapes around a restart, want 1000 (replaced) + 300 (new)", got)
+		}
+	}
+}
