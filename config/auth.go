@@ -31,6 +31,10 @@ func (c Config) keyring(read func(string) ([]byte, error)) (*auth.Keyring, *Prob
 		return nil, &Problem{Key: "auth_secret", Value: redactedValue, Reason: "both auth_secret and auth_secret_file (" + c.AuthSecretFile + ") are set",
 			Allowed: "one of them", Err: ErrInvalid}
 	case c.AuthSecret != "":
+		// Trimmed as a file's or the environment's is: a secret read with
+		// os.ReadFile in code keeps its newline, and would prove another
+		// key than the same secret loaded from a file.
+		c.AuthSecret = auth.Secret(strings.TrimSpace(string(c.AuthSecret)))
 		if len(c.AuthSecret) < auth.MinSecretLen {
 			return nil, &Problem{Key: "auth_secret", Value: redactedValue,
 				Reason:  fmt.Sprintf("%d bytes long", len(c.AuthSecret)),

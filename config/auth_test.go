@@ -134,6 +134,25 @@ func TestAuthSecretInCode(t *testing.T) {
 	}
 }
 
+// TestAuthSecretInCodeTrimmed: a secret set in code with a newline (read
+// with os.ReadFile) proves the same key as the same secret from a file.
+func TestAuthSecretInCodeTrimmed(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "secret", testSecret+"\n")
+	os.Chmod(p, 0o600)
+	fromFile, err := Config{AuthSecretFile: p}.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCode, err := Config{AuthSecret: testSecret + "\n"}.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFile.KeyID() != inCode.KeyID() {
+		t.Errorf("key id %v from a file, %v from code with a newline: peers would refuse each other", fromFile.KeyID(), inCode.KeyID())
+	}
+}
+
 // TestAuthSecretInTwoPlacesHidden: a secret set in a file and in the
 // environment: the variable wins, and neither shows anywhere.
 func TestAuthSecretInTwoPlacesHidden(t *testing.T) {

@@ -69,7 +69,11 @@ func listenError(what, setting, addr string, err error) error {
 	case errors.Is(err, syscall.EADDRINUSE):
 		cause = fmt.Sprintf("address in use: another process listens on port %s (find it with: ss -ltnp 'sport = :%s'); choose another %s, or 0 for a free port", port, port, setting)
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		cause = fmt.Sprintf("address not available: %s is not an address of this host (check bind_address)", host)
+		check := setting
+		if setting == "rpc_port" {
+			check = "bind_address"
+		}
+		cause = fmt.Sprintf("address not available: %s is not an address of this host (check %s)", host, check)
 	case errors.Is(err, syscall.EACCES):
 		cause = fmt.Sprintf("permission denied: port %s needs privileges; choose a port above 1023", port)
 	}

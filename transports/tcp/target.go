@@ -114,6 +114,11 @@ func (tc *targetConn) serve(raw *rawIO) {
 		return
 	}
 	if auth.IsHello(first[:4]) {
+		if t.auth != nil { // authenticated above: a second hello is a protocol error
+			t.served.refusal(refBadRequest)
+			t.log.Debug("tcp: refused a data connection that sent a second authentication hello", zap.String("remote", tc.nc.RemoteAddr().String()))
+			return
+		}
 		t.served.refusal(refUnauthenticated)
 		auth.Refuse(auth.Prefixed(first[4:have], tc.nc)) // tell a client with a secret that this node has none
 		t.warn.Warn("auth-off", "tcp: refused a data connection that authenticates: this node has no auth_secret", zap.String("remote", tc.nc.RemoteAddr().String()))
