@@ -76,6 +76,7 @@ type loop struct {
 
 	// Progress-loop state.
 	slots         []slot
+	dropped       uint64 // DroppedMessages when last logged
 	free          []uint32
 	opSlots       int
 	runq          []*batch
@@ -311,6 +312,13 @@ func (l *loop) shutdown(ctx context.Context) {
 // tick enforces deadlines: ops in flight without progress, revocations
 // not acknowledged, clients whose process is gone.
 func (l *loop) tick(now time.Time) {
+	if d := l.w.DroppedMessages(); d != l.dropped {
+		// A dropped welcome shows later as a Connect that timed out, a
+		// dropped acknowledgement as a deregistration that did: say why.
+		l.log.Warn(l.name+": UCX control messages dropped on receipt (queue full, too large, or out of memory)",
+			zap.Uint64("dropped", d-l.dropped), zap.Uint64("total", d))
+		l.dropped = d
+	}
 	for p := range l.busy {
 		switch {
 		case processGone(p.conn):
