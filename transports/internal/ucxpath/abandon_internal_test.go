@@ -49,8 +49,9 @@ func TestTimedOutOpKeepsItsRegionUntilUCXIsDone(t *testing.T) {
 	if !errors.Is(b.res[0].Err, plugins.ErrTimeout) {
 		t.Fatalf("op result %v, want ErrTimeout", b.res[0].Err)
 	}
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
+	// Still held: Remove waits for it, until its (short) bound.
+	gone, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
 	if err := tbl.Remove(gone, 1); err == nil {
 		t.Fatal("the region was released while UCX still holds the op's request: a DeregisterRegion would unmap memory UCX may write")
 	}
