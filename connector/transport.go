@@ -2,6 +2,7 @@ package connector
 
 import (
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -31,13 +32,18 @@ func (at *activeTransport) mode() string {
 // watchPlugin notices a plugin process that dies while the node runs.
 func (c *Connector) watchPlugin(at *activeTransport) {
 	defer c.wg.Done()
-	<-at.plugin.Exited()
+	<-at.plugin.Exited() // its fd channel ended: the process is going
+	// How it ended, and the whole of its stderr, once it is reaped.
+	ended := at.plugin.Ended(2 * time.Second)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	why := fmt.Sprintf("plugin process %s exited", at.plugin.Path())
+	if ended == "" {
+		ended = "exited"
+	}
+	why := fmt.Sprintf("plugin process %s %s", at.plugin.Path(), ended)
 	tail := at.plugin.StderrTail()
 	if tail != "" {
 		why += "; its stderr ends with:\n" + tail
@@ -45,7 +51,7 @@ func (c *Connector) watchPlugin(at *activeTransport) {
 	at.crashed = fmt.Errorf("connector: transport %s: %s: %w", at.name, why, ErrTransportCrashed)
 	c.observe().PluginCrashed(at.name)
 	c.log.Error("transport plugin died; restarting it",
-		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("stderr_tail", tail))
+		zap.String("transport", at.name), zap.String("plugin", at.plugin.Path()), zap.String("ended", ended), zap.String("stderr_tail", tail))
 	c.wg.Add(1)
 	go c.restart(at)
 	c.republish() // the transport is down until it restarts

@@ -134,6 +134,27 @@ func (p *Plugin) StderrTail() string { return p.proc.tail.String() }
 // Exited is closed when the plugin process has gone.
 func (p *Plugin) Exited() <-chan struct{} { return p.exited }
 
+// Ended waits up to d for the plugin process to be reaped and its output
+// read to the end (so StderrTail is complete), and says how it ended:
+// "exited with status 2", "was killed by SIGSEGV (segmentation fault)".
+// It is "" when that is not known within d (the process still runs).
+func (p *Plugin) Ended(d time.Duration) string {
+	if p.proc.pidValue() == 0 {
+		return ""
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.proc.done:
+	case <-t.C:
+	}
+	if st := p.proc.state(); st != nil {
+		_, _, ended := exitInfo(st)
+		return ended
+	}
+	return ""
+}
+
 // Pid is the plugin process id, or 0 if unknown.
 func (p *Plugin) Pid() int { return p.proc.pidValue() }
 
