@@ -181,6 +181,17 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		if errors.As(err, &ie) {
 			return nil, ie
 		}
+		if ctx.Err() != nil { // the caller gave up: say so, not "another SDK"
+			return nil, canceledError(cfg.Name, path, ctx.Err())
+		}
+		if errors.Is(err, errdefs.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, &errdefs.InitError{
+				Transport: cfg.Name, Step: errdefs.StepHandshake,
+				Cause: fmt.Sprintf("%s completed the go-plugin handshake but did not answer Info within the plugin start timeout (%v): it is stopped, wedged or overloaded", path, cfg.StartTimeout),
+				Hints: []string{"check the plugin process (its state in ps, what it logs); raise plugin_start_timeout on a machine this loaded"},
+				Err:   fmt.Errorf("%w: %w: %w", errdefs.ErrUnavailable, errdefs.ErrHandshake, errdefs.ErrTimeout),
+			}
+		}
 		return nil, &errdefs.InitError{
 			Transport: cfg.Name, Step: errdefs.StepHandshake,
 			Cause: fmt.Sprintf("%s completed the go-plugin handshake but its transport service did not answer Info: %v", path, err),

@@ -324,6 +324,38 @@ func TestLaunchHandshakeTimeout(t *testing.T) {
 	wantContains(t, "cause", ie.Cause, "did not complete the plugin handshake within 300ms")
 }
 
+// TestLaunchOfAPluginThatDoesNotAnswerInfo: a plugin that completes the
+// handshake and then answers nothing holds Launch no longer than the
+// caller's ctx (ErrTimeout, not "another SDK") or, with a ctx without
+// deadline, the start timeout.
+func TestLaunchOfAPluginThatDoesNotAnswerInfo(t *testing.T) {
+	isolate(t)
+	bin := buildTestdata(t, "fakeplugin")
+	env := []string{"FAKEPLUGIN_INFO=hang"}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Launch(ctx, LaunchConfig{Name: "fake", Path: bin, Env: env, StartTimeout: time.Minute})
+	var ie *errdefs.InitError
+	if !errors.As(err, &ie) || !errors.Is(err, errdefs.ErrTimeout) || errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("the caller's deadline passed during Info: %v, want an InitError wrapping ErrTimeout, not ErrUnavailable", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Launch(context.Background(), LaunchConfig{Name: "fake", Path: bin, Env: env, StartTimeout: 500 * time.Millisecond})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.As(err, &ie) || ie.Step != errdefs.StepHandshake || !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, errdefs.ErrTimeout) {
+			t.Errorf("no deadline, Info unanswered: %v, want an InitError at handshake wrapping ErrUnavailable and ErrTimeout", err)
+		}
+		wantContains(t, "cause", ie.Cause, "did not answer Info within the plugin start timeout")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Launch with a ctx without deadline still waiting for Info after 2 minutes")
+	}
+	assertNoChildren(t)
+}
+
 func TestLaunchCanceled(t *testing.T) {
 	isolate(t)
 	bin := buildTestdata(t, "silent")

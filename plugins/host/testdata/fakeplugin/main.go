@@ -6,6 +6,7 @@
 // plugin mapped it. Transfer to peer 98 ends the process mid-batch; to
 // peer 99 it waits for its context, then fails with the context's error.
 // FAKEPLUGIN_CLOSE=exit makes Close end the process before it answers.
+// FAKEPLUGIN_INFO=hang makes Info never answer.
 // FAKEPLUGIN_CHILD=file starts a long sleep that inherits the plugin's
 // stdout and stderr (as a helper or a shell wrapper's background job
 // would) and writes its pid to file.
@@ -27,6 +28,9 @@ import (
 type fake struct{}
 
 func (fake) Info(context.Context) (plugins.Info, error) {
+	if os.Getenv("FAKEPLUGIN_INFO") == "hang" {
+		select {} // wedged: answers nothing, whatever the caller's deadline
+	}
 	return plugins.Info{Name: "fake", Version: "test", APIVersion: plugins.APIVersion}, nil
 }
 
