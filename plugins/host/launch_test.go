@@ -653,3 +653,56 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 		t.Errorf("tail %q, want the last 16 bytes trimmed", got)
 	}
 }
+
+// TestLaunchFromALockedThreadThatEnds: the plugin's parent-death signal
+// follows the thread that forked it. A caller whose goroutine is locked
+// to its thread and ends without unlocking takes the thread with it; the
+// plugin must outlive that thread (it dies with the process only).
+func TestLaunchFromALockedThreadThatEnds(t *testing.T) {
+	isolate(t)
+	bin := buildTestdata(t, "fakeplugin")
+	type launched struct {
+		p   *Plugin
+		tid int
+		err error
+	}
+	ch := make(chan launched, 1)
+	var l launched
+	for l.p == nil && l.err == nil {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			if syscall.Gettid() == os.Getpid() {
+				// The main thread never exits (Go parks it): try another.
+				runtime.UnlockOSThread()
+				ch <- launched{}
+				return
+			}
+			p, err := Launch(context.Background(), LaunchConfig{Name: "fake", Path: bin, Logger: zaptest.NewLogger(t)})
+			ch <- launched{p, syscall.Gettid(), err}
+		}()
+		l = <-ch
+	}
+	if l.err != nil {
+		t.Fatal(l.err)
+	}
+	defer l.p.Close(context.Background())
+	// Wait for the locked thread to be gone (the kernel sends the
+	// parent-death signal as it exits).
+	task := fmt.Sprintf("/proc/self/task/%d", l.tid)
+	deadline := time.Now().Add(testbin.WaitLimit)
+	for {
+		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still there", l.tid)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc
+	}
+	if _, err := l.p.Init(t.Context(), plugins.InitRequest{}); err != nil {
+		t.Fatalf("the plugin after the thread that launched it ended: %v", err)
+	}
+	if err := syscall.Kill(l.p.Pid(), 0); err != nil {
+		t.Fatalf("plugin process: %v", err)
+	}
+}

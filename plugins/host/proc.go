@@ -60,7 +60,7 @@ func (r *procRunner) Start(context.Context) error {
 	errR, errW := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr, r.cmd.WaitDelay = outW, errW, outputHeld
 	r.stdout, r.stderr = &recorder{r: outR, max: 1024}, errR
-	if err := r.cmd.Start(); err != nil {
+	if err := startUnlocked(r.cmd); err != nil {
 		r.execErr = err
 		outW.Close()
 		errW.Close()
@@ -70,6 +70,18 @@ func (r *procRunner) Start(context.Context) error {
 	r.reaped = make(chan struct{})
 	go r.reap(outW, errW)
 	return nil
+}
+
+// startUnlocked starts cmd from a goroutine of its own. The plugin's
+// parent-death signal (bindToParent) fires when the thread that forked it
+// ends, not the process: a caller whose goroutine is locked to its thread
+// (runtime.LockOSThread) and ends without unlocking takes that thread
+// with it, and would kill the plugin. A new goroutine never runs on a
+// locked thread, and Go's other threads live as long as the process.
+func startUnlocked(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Start() }()
+	return <-done
 }
 
 // outputHeld is how long after the plugin's exit its output may stay
