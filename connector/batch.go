@@ -305,8 +305,10 @@ func (c *Connector) Probe(ctx context.Context, session string) error {
 	}
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
-	if _, err := c.request(ctx, session, frameProbe, marshal(requestBody{KVConnect: c.mark()})); err != nil {
+	f, err := c.request(ctx, session, frameProbe, marshal(requestBody{KVConnect: c.mark()}))
+	if err != nil {
 		return fmt.Errorf("connector: probe %s: %w", session, err)
 	}
+	f.release() // the answer's share of max_handshake_memory
 	return nil
 }
