@@ -220,3 +220,32 @@ func startMetadataServer(t *testing.T) string {
 	t.Cleanup(func() { hs.Close() })
 	return "http://" + ln.Addr().String() + "/metadata"
 }
+
+// TestNotifyByName: with a metadata service, a node named by its segment
+// name (Mooncake's --local_server_name) gets notifications sent to that
+// name, as Open and Probe reach it.
+func TestNotifyByName(t *testing.T) {
+	e := testservers.StartEtcd(t, testservers.EtcdOptions{})
+	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), Metadata: e.URL(), MetadataTTL: time.Second, ConnectTimeout: 5 * time.Second}
+	named, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)), connector.WithSegmentName("decode-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	a := metaNode(t, e.URL())
+	ctx := context.Background()
+	if err := a.Probe(ctx, "decode-0"); err != nil {
+		t.Fatalf("Probe by name: %v", err)
+	}
+	if err := a.Notify(ctx, "decode-0", "req-1", "done"); err != nil {
+		t.Fatalf("Notify by name: %v", err)
+	}
+	select {
+	case n := <-named.Notifications():
+		if n.Name != "req-1" || n.Msg != "done" {
+			t.Fatalf("notification %+v", n)
+		}
+	case <-time.After(testbin.WaitLimit):
+		t.Fatal("the named node got no notification")
+	}
+}

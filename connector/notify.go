@@ -26,7 +26,7 @@ func (c *Connector) Notify(ctx context.Context, session, name, msg string) error
 	if err := c.usable(); err != nil {
 		return err
 	}
-	if _, _, err := splitSession(session); err != nil {
+	if err := c.validSession(session); err != nil { // host:port, or a name the metadata service knows
 		return err
 	}
 	ctx, cancel := c.withTimeout(ctx, c.cfg.ConnectTimeout)
