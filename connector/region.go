@@ -202,8 +202,16 @@ func (r *Region) Free(ctx context.Context) error {
 	}
 	var errs []error
 	for _, at := range c.active() {
-		if c.usableOn(at) != nil {
-			continue // gone: it cannot touch the memory
+		if err := c.usableOn(at); err != nil {
+			if errors.Is(err, ErrClosed) {
+				// Shutdown began after this Free did: the transports are
+				// still up until it closes them, and may run ops on the
+				// region. Shutdown releases it after that (it waits for
+				// this Free, then takes what is draining).
+				errs = append(errs, fmt.Errorf("connector: freeing region %d: %w", r.id, err))
+				break
+			}
+			continue // crashed: its process is gone, it cannot touch the memory
 		}
 		err := at.tr.DeregisterRegion(ctx, r.id)
 		if err != nil && !(draining && errors.Is(err, ErrUnknownRegion)) {
