@@ -276,6 +276,9 @@ func (c *Connector) addrOps(ctx context.Context, kind OpKind, session string, lo
 	if kind != OpRead && kind != OpWrite {
 		return nil, nil, fmt.Errorf("connector: op kind %d: must be OpRead (0) or OpWrite (1): %w", kind, ErrInvalidArgument)
 	}
+	if err := c.usable(); err != nil { // closed: say so, not "region being freed"
+		return nil, nil, err
+	}
 	ops := make([]Op, len(localAddrs))
 	for i := range ops {
 		if lengths[i] == 0 {
