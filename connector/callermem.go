@@ -134,8 +134,11 @@ func (c *Connector) registerAll(ctx context.Context, regions []*Region) error {
 			r.release()
 		}
 	}
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
+	if err := c.lockRegions(ctx); err != nil {
+		release()
+		return err
+	}
+	defer c.unlockRegions()
 	transports := c.active()
 	trs := make([]plugins.Region, len(regions))
 	for i, r := range regions {
@@ -143,8 +146,12 @@ func (c *Connector) registerAll(ctx context.Context, regions []*Region) error {
 	}
 	var done []*activeTransport
 	undo := func() {
+		// Even when ctx ended, bounded: the region lock is held, and a wedged
+		// plugin would otherwise hold every Alloc, Free and restart.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
 		for _, at := range done {
-			deregisterAll(context.WithoutCancel(ctx), at.tr, regions)
+			deregisterAll(uctx, at.tr, regions)
 		}
 	}
 	for _, at := range transports {
@@ -201,9 +208,11 @@ func registerWith(ctx context.Context, tr plugins.Transport, rs []plugins.Region
 	for i, r := range rs {
 		key, err := tr.RegisterRegion(ctx, r)
 		if err != nil {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 			for _, done := range rs[:i] {
-				tr.DeregisterRegion(context.WithoutCancel(ctx), done.ID)
+				tr.DeregisterRegion(uctx, done.ID)
 			}
+			cancel()
 			return nil, err
 		}
 		keys[i] = key

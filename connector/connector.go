@@ -64,9 +64,10 @@ type Connector struct {
 	meta         *metaState    // nil: P2P handshake (no metadata service)
 	metrics      *nodeMetrics  // nil: metrics off (metrics.go)
 
-	// regMu orders region (de)registration with plugin restarts, so a
-	// restarted transport gets every region.
-	regMu sync.Mutex
+	// regLock (lockRegions) orders region (de)registration with plugin
+	// restarts, so a restarted transport gets every region. A channel, so
+	// a caller waiting behind a wedged plugin gives up when its ctx ends.
+	regLock chan struct{}
 
 	pool  *shm.Pool // the memory Alloc hands out
 	views fileViews // the caller files RegisterFile mapped
@@ -106,6 +107,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Connector, error) {
 		cfg: cfg, opts: o, log: o.log, started: time.Now(), pool: shm.NewPool("", shm.DefaultSlabSize),
 		regions: map[RegionID]*Region{}, draining: map[RegionID]*Region{}, peers: map[string]*Peer{},
 		notify: make(chan Notification, 1024), closing: make(chan struct{}), shutdownDone: make(chan struct{}),
+		regLock: make(chan struct{}, 1),
 	}
 	c.hostID = hostID()
 	c.frames = newFrameBudget(c.cfg.MaxHandshakeMemory)
@@ -244,6 +246,18 @@ func (c *Connector) usable() error {
 	}
 	return nil
 }
+
+// lockRegions takes the region lock, or gives up when ctx ends.
+func (c *Connector) lockRegions(ctx context.Context) error {
+	select {
+	case c.regLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("connector: waiting for another region (de)registration or a plugin restart to finish: %w", contextError(ctx.Err()))
+	}
+}
+
+func (c *Connector) unlockRegions() { <-c.regLock }
 
 // usableOn returns an error if transport at cannot take new work.
 func (c *Connector) usableOn(at *activeTransport) error {

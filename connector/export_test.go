@@ -17,3 +17,6 @@ func SetCloseTimeout(d time.Duration) func() {
 	closeTimeout = d
 	return func() { closeTimeout = old }
 }
+
+// RegionLockHeld reports whether some call holds c's region lock.
+func RegionLockHeld(c *Connector) bool { return len(c.regLock) == 1 }

@@ -94,7 +94,11 @@ func (p *Peer) markStale(at *activeTransport, id plugins.PeerID, cause error) {
 	p.stale = true
 	p.mu.Unlock()
 	p.c.log.Warn("lost the connection to a peer; the next batch reconnects", zap.String("peer", p.session), zap.String("transport", at.name), zap.Error(cause))
-	at.tr.Disconnect(context.Background(), id)
+	// Bounded: it runs on a batch's path, and a wedged plugin must not
+	// hold the batch past its own deadline for long.
+	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.ConnectTimeout)
+	defer cancel()
+	at.tr.Disconnect(ctx, id)
 }
 
 // ensure returns a live link, reconnecting a stale peer first.

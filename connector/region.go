@@ -174,8 +174,10 @@ func (r *Region) transportRegion() plugins.Region {
 // Free again to finish, or Close releases it.
 func (r *Region) Free(ctx context.Context) error {
 	c := r.c
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
+	if err := c.lockRegions(ctx); err != nil {
+		return err // still registered and mapped: call Free again
+	}
+	defer c.unlockRegions()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

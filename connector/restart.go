@@ -53,8 +53,11 @@ func (c *Connector) restartOnce(old *activeTransport) error {
 	if err != nil {
 		return err
 	}
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
+	if err := c.lockRegions(ctx); err != nil {
+		closeBounded(context.Background(), at.tr)
+		return err
+	}
+	defer c.unlockRegions()
 	c.mu.Lock()
 	regions := make([]*Region, 0, len(c.regions))
 	for _, r := range c.regions {
