@@ -27,7 +27,9 @@ func (c *Connector) request(ctx context.Context, session string, typ byte, body 
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connector: handshake with %s: %v: %w", session, err, ErrPeerUnreachable)
+		// %w: a *net.DNSError stays visible (the C library answers -101
+		// for a name that does not resolve).
+		return nil, fmt.Errorf("connector: handshake with %s: %w: %w", session, err, ErrPeerUnreachable)
 	}
 	defer nc.Close()
 	dl, _ := ctx.Deadline()

@@ -54,7 +54,7 @@ func resolveHostname(ctx context.Context, host string, timeout time.Duration) er
 		if err == nil {
 			err = errors.New("no addresses")
 		}
-		return fmt.Errorf("connector: hostname %q does not resolve (%v): peers could not reach this node; set hostname to a name that resolves, or to an address of this host (empty picks the outward address): %w",
+		return fmt.Errorf("connector: hostname %q does not resolve (%w): peers could not reach this node; set hostname to a name that resolves, or to an address of this host (empty picks the outward address): %w",
 			host, err, ErrInvalidArgument)
 	}
 	return nil

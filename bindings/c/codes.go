@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net"
 
 	"github.com/kvconnect/kvconnect/connector"
 	"github.com/kvconnect/kvconnect/errdefs"
@@ -49,11 +50,14 @@ func codeOf(err error) int {
 		return ce.code
 	}
 	var chain *connector.ChainError
+	var dns *net.DNSError
 	switch {
 	case err == nil:
 		return codeOK
 	case errors.As(err, &chain):
 		return codeUnavailable
+	case errors.As(err, &dns): // a host name (the node's, a peer's) did not resolve
+		return codeDNS
 	case errors.Is(err, errdefs.ErrAddressOverlap):
 		return codeAddressOverlapped
 	case errors.Is(err, errdefs.ErrUnknownRegion), errors.Is(err, errdefs.ErrOutOfBounds):

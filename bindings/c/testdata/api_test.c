@@ -163,7 +163,8 @@ int main(int argc, char **argv) {
 	CHECK(kvc_register_memory(a, (uint64_t)(uintptr_t)(src + 100), 10) == KVC_ERR_ADDRESS_OVERLAPPED, "overlapping registration");
 	CHECK(kvc_batch_submit(a, "127.0.0.1:1", KVC_OP_WRITE, &l, &r, &len, 1, 5000) == 0, "unreachable peer: batch id 0");
 	CHECK(strlen(kvc_last_error()) > 0, "unreachable peer: an error");
-	CHECK(kvc_probe(a, "127.0.0.1:1", 5000) < 0, "probe of an unreachable peer");
+	CHECK(kvc_probe(a, "127.0.0.1:1", 5000) == KVC_ERR_SOCKET, "probe of an unreachable peer");
+	CHECK(kvc_probe(a, "no-such-host.invalid:15000", 5000) == KVC_ERR_DNS, "probe of a name that does not resolve: %s", kvc_last_error());
 	CHECK(kvc_probe(a, peer, 5000) == 0, "probe of b");
 
 	// Notifications.
