@@ -3,7 +3,7 @@
 prefill engine (here in one process), the prefill side pushing merged block
 runs of its KV layers into the decode side's, then checking them.
 
-    make python && pip install --no-index dist/*.whl   # or: KVCONNECT_LIBRARY=bin/libkvconnect.so PYTHONPATH=python/kvconnect
+    make python && pip install --no-index dist/*.whl   # or: KVCONNECT_LIBRARY=bin/libkvconnect.so PYTHONPATH=python/kvconnect:python/mooncake
     python3 examples/python/vllm_sequence.py
 
 On a host without RDMA, initialize("rdma") still returns 0: the engine falls
