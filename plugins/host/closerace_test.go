@@ -20,6 +20,7 @@ import (
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc/proto"
 	"github.com/kvconnect/kvconnect/internal/ring"
+	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
 
@@ -289,4 +290,37 @@ func TestCloseOfAPluginWhoseChildHoldsItsOutput(t *testing.T) {
 	if err := syscall.Kill(child, 0); err != nil {
 		t.Errorf("the plugin's child is gone too (%v): the test did not hold the output open", err)
 	}
+}
+
+// TestSecondCloseWaitsForTheFirst: a Close while another is under way
+// returns once the process has been reaped, as its doc says, not at once.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	isolate(t)
+	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil { // the first Close takes its time
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		first <- p.Close(ctx)
+	}()
+	testbin.Eventually(t, "the first Close under way", func() bool {
+		p.closeMu.Lock()
+		defer p.closeMu.Unlock()
+		return p.closed
+	})
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("when the second Close returned, kill(%d, 0) = %v, want ESRCH (reaped)", pid, err)
+	}
+	<-first
+	assertNoChildren(t)
 }

@@ -228,6 +228,9 @@ func execError(name, path string, err error) *errdefs.InitError {
 			"the binary was built for another system (another C library such as musl, or another distribution): rebuild it on this host, or statically (CGO_ENABLED=0 for a pure-Go plugin)",
 			"if it is a script, install the interpreter named on its #! line",
 		}
+	case errno == errEACCES && st != nil && st.IsDir():
+		ie.Cause = fmt.Sprintf("%s is a directory, not a plugin binary", path)
+		ie.Hints = []string{"give the path of the plugin file itself (kvconnect-transport-<name>), or set plugin_dir to this directory and the transport name instead"}
 	case errno == errEACCES:
 		if st != nil && st.Mode().Perm()&0o111 == 0 {
 			ie.Cause = fmt.Sprintf("%s is not executable (mode %v)", path, st.Mode().Perm())

@@ -127,7 +127,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		Managed:          false,
 	})
 	p := &Plugin{name: cfg.Name, path: path, client: client, proc: proc, host: pluginrpc.NewFDSender(hostEnd), log: log, goLog: goLog,
-		exited: make(chan struct{}), watchEnd: make(chan struct{})}
+		exited: make(chan struct{}), watchEnd: make(chan struct{}), closeDone: make(chan struct{})}
 
 	// Cancelling ctx during the start kills the process, which ends the
 	// handshake at once.

@@ -193,6 +193,19 @@ func checkEACCES(t *testing.T, ie *errdefs.InitError, bin string) {
 	wantContains(t, "hints", strings.Join(ie.Hints, "\n"), "chmod +x "+bin)
 }
 
+// A LaunchConfig.Path that is a directory says so (exec answers EACCES,
+// which would otherwise read as a noexec mount).
+func TestLaunchPathIsADirectory(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	_, err := Launch(t.Context(), LaunchConfig{Name: "x", Path: dir})
+	var ie *errdefs.InitError
+	if !errors.As(err, &ie) || ie.Step != errdefs.StepStartPlugin || !errors.Is(err, errdefs.ErrPluginStart) {
+		t.Fatalf("got %v, want an InitError at start plugin", err)
+	}
+	wantContains(t, "cause", ie.Cause, "is a directory")
+}
+
 func TestLaunchExecFormatError(t *testing.T) {
 	isolate(t)
 	dir := t.TempDir()

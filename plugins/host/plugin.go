@@ -29,10 +29,11 @@ type Plugin struct {
 	// reaped, since go-plugin's stdio reader outlives Client.Kill.
 	goLog *pluginrpc.HCLogZap
 
-	exited   chan struct{}
-	closeMu  sync.Mutex
-	closed   bool
-	watchEnd chan struct{}
+	exited    chan struct{}
+	closeMu   sync.Mutex
+	closed    bool
+	closeDone chan struct{} // closed when the first Close returns
+	watchEnd  chan struct{}
 }
 
 var _ plugins.Transport = (*Plugin)(nil)
@@ -164,15 +165,22 @@ func (p *Plugin) Path() string { return p.path }
 // Close asks the transport to close, then ends the plugin process and
 // releases the fd channel. It is idempotent; when it returns the process
 // has been reaped and nothing of the plugin logs to the host's logger any
-// more.
+// more. A Close while another is under way waits for it (or for its own
+// ctx, then ErrTimeout or ErrCanceled) and returns nil.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.closeMu.Lock()
 	if p.closed {
 		p.closeMu.Unlock()
-		return nil
+		select {
+		case <-p.closeDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("plugin %s: waiting for another Close: %w", p.name, errdefs.FromContext(ctx.Err()))
+		}
 	}
 	p.closed = true
 	p.closeMu.Unlock()
+	defer close(p.closeDone)
 	// One bound for the whole shutdown, also when ctx has none: a plugin
 	// that stopped answering (SIGSTOP, wedged in a driver call) must not
 	// hold the Close request, and so Close, forever.
