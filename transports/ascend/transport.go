@@ -235,33 +235,38 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func notInitialized(op string) error {
+// notInitialized is what every call answers: ErrClosed after Close, as
+// the other transports do, else ErrNotInitialized.
+func (t *Transport) notInitialized(op string) error {
+	if t.guard.Closed() {
+		return fmt.Errorf("ascend: %s: %w", op, plugins.ErrClosed)
+	}
 	return fmt.Errorf("ascend: %s: the transport is not initialized (it has no NPU data path; Init always fails): %w", op, plugins.ErrNotInitialized)
 }
 
 // RegisterRegion fails: the transport never initialises.
 func (t *Transport) RegisterRegion(ctx context.Context, r plugins.Region) ([]byte, error) {
-	return nil, notInitialized("RegisterRegion")
+	return nil, t.notInitialized("RegisterRegion")
 }
 
 // DeregisterRegion fails: the transport never initialises.
 func (t *Transport) DeregisterRegion(ctx context.Context, id plugins.RegionID) error {
-	return notInitialized("DeregisterRegion")
+	return t.notInitialized("DeregisterRegion")
 }
 
 // Connect fails: the transport never initialises.
 func (t *Transport) Connect(ctx context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {
-	return 0, notInitialized("Connect")
+	return 0, t.notInitialized("Connect")
 }
 
 // Disconnect fails: the transport never initialises.
 func (t *Transport) Disconnect(ctx context.Context, id plugins.PeerID) error {
-	return notInitialized("Disconnect")
+	return t.notInitialized("Disconnect")
 }
 
 // Transfer fails every op: the transport never initialises.
 func (t *Transport) Transfer(ctx context.Context, peer plugins.PeerID, ops []plugins.Op, results []plugins.OpResult) error {
-	err := notInitialized("Transfer")
+	err := t.notInitialized("Transfer")
 	plugins.FillResults(results, err)
 	return err
 }
