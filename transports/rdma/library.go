@@ -28,6 +28,9 @@ type Library struct {
 	ListErrno syscall.Errno
 	// Devices are the names of the devices ibv_get_device_list returned.
 	Devices []string
+	// Truncated says the list held more names than were read (64 KiB of
+	// names): a device past the cut is not in Devices.
+	Truncated bool
 }
 
 // Loader loads libibverbs and lists its devices. LoadLibibverbs is the

@@ -23,7 +23,7 @@ typedef struct {
 	int num;
 	int truncated;
 	char err[512];
-	char names[4096];
+	char names[65536];
 } kvc_ibv_probe;
 
 static void kvc_probe_ibverbs(const char *soname, kvc_ibv_probe *out) {
@@ -96,6 +96,7 @@ func loadLibrary(soname string) Library {
 		return lib
 	}
 	lib.Listed = true
+	lib.Truncated = out.truncated != 0
 	for _, name := range strings.Split(C.GoString(&out.names[0]), "\n") {
 		if name != "" {
 			lib.Devices = append(lib.Devices, name)

@@ -32,6 +32,14 @@ func listed(names ...string) Loader {
 	}
 }
 
+// truncatedList is a list whose names did not all fit (a host with
+// hundreds of virtual functions): names is what was read of it.
+func truncatedList(names ...string) Loader {
+	return func(context.Context) Library {
+		return Library{Soname: LibibverbsSoname, Loaded: true, Listed: true, Devices: names, Truncated: true}
+	}
+}
+
 // listFailed simulates ibv_get_device_list returning NULL with errno e.
 // Used only for the variants this host cannot produce with the real
 // library (see TestProbeFixtures); ENOSYS itself is tested for real.
@@ -182,6 +190,8 @@ func TestProbeFixtures(t *testing.T) {
 		{name: "uverbs node is a directory", fixture: "ib-healthy", dev: "dev-isdir", deviceName: "mlx5_0", loader: listed("mlx5_0", "mlx5_1"),
 			check: CheckUverbsAccess, step: plugins.StepOpenDevice, nativeName: "EISDIR", nativeCode: 21,
 			cause: []string{"dev-isdir/dev/infiniband/uverbs0 is not a usable uverbs character device", "is a directory"}},
+		{name: "past the cut of a truncated list", fixture: "ib-healthy", deviceName: "mlx5_1", loader: truncatedList("mlx5_0"),
+			check: CheckOK, usable: []string{"mlx5_1"}, notes: []string{"libibverbs listed more devices than kvconnect reads"}},
 		{name: "not listed by libibverbs", fixture: "ib-healthy", deviceName: "mlx5_1", loader: listed("mlx5_0"),
 			check: CheckNotListed, step: plugins.StepProbeDevices,
 			cause: []string{"libibverbs did not list mlx5_1 (it listed mlx5_0)", "no userspace provider", "mlx5_core"},
