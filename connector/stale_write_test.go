@@ -22,10 +22,27 @@ import (
 // WRITE failed and may since have written something else there (the soak
 // found such late WRITEs overwriting newer blocks). The block still holds
 // what was written before the stop.
+//
+// Both ways a WRITE times out: the transport's op_timeout (the connection
+// made no progress), and the batch's own deadline (transfer_timeout, here
+// shorter than op_timeout: the transport gives up on the batch).
 func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		transfer time.Duration
+		op       string
+	}{
+		{"op_timeout", 10 * time.Second, "1s"},
+		{"transfer_timeout", time.Second, "60s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { timedOutWriteDoesNotLandLater(t, tc.transfer, tc.op) })
+	}
+}
+
+func timedOutWriteDoesNotLandLater(t *testing.T, transferTimeout time.Duration, opTimeout string) {
 	n := serve(t, nil)
-	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: 10 * time.Second,
-		Transports: map[string]map[string]any{"tcp": {"op_timeout": "1s"}}}
+	cfg := connector.Config{Protocol: "tcp", PluginDir: pluginDir(t), TransferTimeout: transferTimeout,
+		Transports: map[string]map[string]any{"tcp": {"op_timeout": opTimeout}}}
 	a, err := connector.New(context.Background(), cfg, connector.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,14 +14,23 @@ import (
 )
 
 // batch tracks one Transfer call. results belongs to the caller until the
-// call returns; completions write into it under mu only while !finished.
+// call returns; completions write into it under mu, and the call returns
+// only once every op has completed (done), also when its context ended.
 type batch struct {
 	mu        sync.Mutex
 	results   []plugins.OpResult
 	remaining int
-	finished  bool
-	done      chan struct{}
+	// gaveUp is the context's error once Transfer gave up on the batch:
+	// ops that fail after that (taken back, or on a connection reset for
+	// them) report it, the reason they failed.
+	gaveUp error
+	done   chan struct{}
 }
+
+// errGivenUp marks the failures Transfer causes when it gives up on a
+// batch: its chunks taken back from the queues, and the requests of the
+// connections it reset.
+var errGivenUp = errors.New("a batch sharing the connection was given up with requests on it in flight; the connection was reset so that none of them lands later")
 
 // opState tracks one op split into chunks.
 //
@@ -42,6 +52,7 @@ type opState struct {
 // chunk is one frame's worth of an op.
 type chunk struct {
 	st           *opState
+	c            *conn // the connection it was queued on (enqueue)
 	op           wire.Op
 	local        []byte
 	remoteRegion uint64
@@ -78,9 +89,13 @@ func (s *opState) settle() {
 		s.entry.Release()
 		b := s.b
 		b.mu.Lock()
-		if !b.finished {
-			b.results[s.idx].Err = s.err
+		err := s.err
+		// Failures Transfer caused giving up (chunks taken back, or broken
+		// off by the reset of their connection) report why: the context.
+		if b.gaveUp != nil && (errors.Is(err, errGivenUp) || errors.Is(err, plugins.ErrPeerUnreachable)) {
+			err = fmt.Errorf("tcp: op %d: %w", s.idx, b.gaveUp)
 		}
+		b.results[s.idx].Err = err
 		b.remaining--
 		if b.remaining == 0 {
 			close(b.done)
@@ -196,23 +211,52 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 		return nil
 	case <-ctx.Done():
 	}
-	cerr := plugins.ContextError(ctx.Err())
+	// Given up. Nothing of the batch may happen once the caller is told it
+	// failed: a WRITE landing later would overwrite what the caller wrote
+	// there since, a READ's answer would land in memory the caller reuses.
+	// So its chunks not sent yet are taken back, the connections holding
+	// its requests in flight are reset (the target drops requests from a
+	// connection reset before it read them), and the call returns once
+	// every op has ended. Ops that completed before keep their outcome.
+	cerr := fmt.Errorf("tcp: batch to peer %s: %w", p.name, plugins.ContextError(ctx.Err()))
 	b.mu.Lock()
-	b.finished = true
-	select {
-	case <-b.done:
-		// everything completed while we were deciding
-		b.mu.Unlock()
-		return nil
-	default:
-	}
-	for i := range states {
-		if states[i].b != nil && states[i].remaining.Load() > 0 {
-			results[i].Err = fmt.Errorf("tcp: op %d to peer %s: %w", i, p.name, cerr)
+	b.gaveUp = cerr
+	b.mu.Unlock()
+	giveUp(p, b, chunks)
+	<-b.done
+	for i := range results {
+		if results[i].Err != nil {
+			return cerr
 		}
 	}
-	b.mu.Unlock()
-	return fmt.Errorf("tcp: batch to peer %s: %w", p.name, cerr)
+	return nil
+}
+
+// giveUp takes b's chunks back from the queues of the connections they
+// went to, where they are not sent yet, then resets every connection that
+// holds a chunk of an op still under way: one sent and not answered, or
+// being written or read right now.
+func giveUp(p *peer, b *batch, chunks []chunk) {
+	seen := map[*conn]bool{}
+	for k := range chunks {
+		c := chunks[k].c
+		if c == nil || seen[c] {
+			continue // never queued (send completed it), or done
+		}
+		seen[c] = true
+		for _, ch := range c.takeBack(b) {
+			ch.complete(errGivenUp)
+		}
+	}
+	reset := map[*conn]bool{}
+	for k := range chunks {
+		ch := &chunks[k]
+		if ch.c == nil || reset[ch.c] || ch.st.remaining.Load() == 0 {
+			continue
+		}
+		reset[ch.c] = true
+		ch.c.fail(fmt.Errorf("tcp: connection to peer %s: %w: %w", p.name, errGivenUp, plugins.ErrPeerUnreachable))
+	}
 }
 
 // directWriteMax bounds the chunk a caller writes itself (conn.enqueue):

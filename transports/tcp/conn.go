@@ -129,7 +129,7 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 		}
 	}
 	c.nextReq++
-	ch.reqID = c.nextReq
+	ch.reqID, ch.c = c.nextReq, c
 	c.queue = append(c.queue, ch)
 	if !direct || c.writing || c.sent != len(c.queue)-1 {
 		c.mu.Unlock()
@@ -338,6 +338,27 @@ func (c *conn) fail(err error) {
 	for _, ch := range pending {
 		ch.complete(err)
 	}
+}
+
+// takeBack removes b's chunks not sent yet from the queue and returns
+// them; the caller completes them.
+func (c *conn) takeBack(b *batch) (taken []*chunk) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil // broken: its chunks failed, or are failing
+	}
+	keep := c.queue[:c.sent]
+	for _, ch := range c.queue[c.sent:] {
+		if ch.st.b == b {
+			taken = append(taken, ch)
+		} else {
+			keep = append(keep, ch)
+		}
+	}
+	clear(c.queue[len(keep):])
+	c.queue = keep
+	return taken
 }
 
 // close breaks the connection and waits for its goroutines.

@@ -3,6 +3,7 @@
 package tcp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
@@ -111,14 +113,15 @@ func procNetAddr(addr net.Addr) string {
 	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
 }
 
-// TestLoneOpGivenUpKeepsTheConnection: a lone small op whose caller gives
-// up (its context ends) before the target answers fails with the
-// context's error; the answer that comes later is read and dropped, and
-// the next op runs over the same connection.
-func TestLoneOpGivenUpKeepsTheConnection(t *testing.T) {
+// TestLoneOpGivenUpResetsItsConnection: a lone small op whose caller
+// gives up (its context ends) before the target answers fails with the
+// context's error, and its connection is reset, so that the request does
+// not land later (a target that reads it after the reset drops it); the
+// next op runs over a new connection.
+func TestLoneOpGivenUpResetsItsConnection(t *testing.T) {
 	got, release := make(chan struct{}), make(chan struct{})
 	addr, accepted := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
-		if req == 1 {
+		if conn == 1 && req == 1 {
 			close(got)
 			<-release
 		}
@@ -141,7 +144,60 @@ func TestLoneOpGivenUpKeepsTheConnection(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		a.MustTransfer(t, peer, op)
 	}
-	if n := accepted.Load(); n != 1 {
-		t.Fatalf("the target accepted %d connections, want 1: giving up on an op does not break its connection", n)
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("the target accepted %d connections, want 2: the connection of the op given up is reset, the next op redials", n)
+	}
+}
+
+// TestReadGivenUpMidAnswerTouchesNoMemoryAfter: a READ whose batch is
+// given up (its context ends) while its answer is arriving (the target
+// sent half the payload, then stalled) ends at once, not at op_timeout,
+// and nothing of the answer reaches the local memory after Transfer
+// returned: the connection is reset, so the rest is never read into it.
+func TestReadGivenUpMidAnswerTouchesNoMemoryAfter(t *testing.T) {
+	const size = 64 << 10
+	release := make(chan struct{})
+	addr, _ := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
+		if h.Op != wire.OpRead {
+			ack(nc, h)
+			return
+		}
+		var hb [wire.HeaderSize]byte
+		(&wire.Header{Op: wire.OpReadResp, ReqID: h.ReqID, Length: h.Length}).Encode(hb[:])
+		payload := bytes.Repeat([]byte{0xEE}, int(h.Length))
+		nc.Write(hb[:])
+		nc.Write(payload[:h.Length/2])
+		<-release
+		nc.Write(payload[h.Length/2:])
+	})
+	a := transporttest.NewNode(t, inproc(`{"connections":1,"op_timeout":"10m"}`), "a")
+	dst := a.Alloc(t, size, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "stalling", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res := make([]plugins.OpResult, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- a.T.Transfer(ctx, peer, []plugins.Op{{Kind: plugins.OpRead, LocalRegion: dst.ID, RemoteRegion: 1, Length: size}}, res)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, plugins.ErrTimeout) || !errors.Is(res[0].Err, plugins.ErrTimeout) {
+			t.Fatalf("a READ given up mid-answer: batch %v, op %v; want ErrTimeout", err, res[0].Err)
+		}
+	case <-time.After(2 * time.Minute):
+		close(release)
+		t.Fatal("Transfer still running 2 minutes after its context ended (it waits for op_timeout)")
+	}
+	snapshot := append([]byte(nil), dst.Bytes...)
+	close(release) // the target sends the rest of the answer
+	// A later batch to the peer runs on a new connection: by its end, a
+	// reader of the old one would have copied the rest.
+	a.MustTransfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: dst.ID, RemoteRegion: 1, Length: 4096}})
+	if !bytes.Equal(dst.Bytes, snapshot) {
+		t.Fatal("the answer of a READ given up reached the local memory after Transfer returned")
 	}
 }
