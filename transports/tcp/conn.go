@@ -681,9 +681,11 @@ func (p *peer) redialSlot(ctx context.Context, i int) (*conn, error) {
 	p.mu.Unlock()
 	nc, err := p.dial(ctx)
 	if err != nil {
-		p.mu.Lock()
-		p.dialErr, p.dialErrAt = err, time.Now()
-		p.mu.Unlock()
+		if ctx.Err() == nil { // a caller giving up says nothing of the peer
+			p.mu.Lock()
+			p.dialErr, p.dialErrAt = err, time.Now()
+			p.mu.Unlock()
+		}
 		return nil, err
 	}
 	p.mu.Lock()

@@ -123,6 +123,11 @@ func (p *mcPeer) dial(ctx context.Context) (*mcLane, error) {
 	d := net.Dialer{Timeout: time.Duration(p.t.opts.ConnectTimeout), KeepAlive: 15 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up: that says nothing of the peer, and must
+			// not fail other callers' dials for redialBackoff.
+			return nil, fmt.Errorf("tcp: dial Mooncake peer %s at %s: %w", p.name, p.addr, plugins.ContextError(ctx.Err()))
+		}
 		err = fmt.Errorf("tcp: dial Mooncake peer %s at %s: %v: %w", p.name, p.addr, err, plugins.ErrPeerUnreachable)
 		p.mu.Lock()
 		p.dialErr, p.dialErrAt = err, time.Now()
@@ -137,6 +142,9 @@ func (p *mcPeer) dial(ctx context.Context) (*mcLane, error) {
 
 // acquire takes an idle lane, dialing it if it is not connected.
 func (p *mcPeer) acquire(ctx context.Context) (*mcLane, error) {
+	if err := ctx.Err(); err != nil { // a ready lane would win the select half the time
+		return nil, fmt.Errorf("tcp: waiting for a lane to Mooncake peer %s: %w", p.name, plugins.ContextError(err))
+	}
 	var l *mcLane
 	select {
 	case l = <-p.lanes:

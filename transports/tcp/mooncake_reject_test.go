@@ -39,3 +39,45 @@ func TestMooncakeRejectedWriteSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestCanceledBatchDoesNotFailTheNext: a batch whose context has ended
+// before it runs fails alone: its lanes' dials (and, for kvconnect's
+// framing, its connections' redials) under the ended context say nothing
+// of the peer, and must not fail the next batch's for the redial backoff.
+func TestCanceledBatchDoesNotFailTheNext(t *testing.T) {
+	for _, mooncake := range []bool{false, true} {
+		name := "kvconnect"
+		if mooncake {
+			name = "mooncake"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := inproc(`{}`)
+			if mooncake {
+				h.PeerEndpoint = mooncakeEndpoint(t, 2)
+			}
+			a := transporttest.NewNode(t, h, "a")
+			b := transporttest.NewNode(t, h, "b")
+			src := a.Alloc(t, 4<<20, 0)
+			dst := b.Alloc(t, 4<<20, 0)
+			peer := a.Connect(t, b)
+			ops := make([]plugins.Op, 16)
+			for i := range ops {
+				ops[i] = plugins.Op{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, RemoteOffset: uint64(i) << 18, Length: 1 << 18}
+			}
+			for round := 0; round < 10; round++ {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				a.T.Transfer(ctx, peer, ops, make([]plugins.OpResult, len(ops)))
+				res, err := a.Transfer(t, peer, ops)
+				if err != nil {
+					t.Fatalf("round %d: the batch after a canceled one: %v", round, err)
+				}
+				for i, r := range res {
+					if r.Err != nil {
+						t.Fatalf("round %d: op %d of the batch after a canceled one: %v", round, i, r.Err)
+					}
+				}
+			}
+		})
+	}
+}
