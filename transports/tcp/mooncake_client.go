@@ -367,6 +367,19 @@ func (p *mcPeer) exchange(l *mcLane, c *mcChunk) error {
 		out = append(out, rb[:])
 	}
 	if _, err := out.WriteTo(l.nc); err != nil {
+		if c.write && p.v2 {
+			// Mooncake's v2 server rejects a WRITE (a stale descriptor)
+			// by sending its status and closing without reading the
+			// payload, which resets the connection under this write. The
+			// status came before the reset: say what it says.
+			var sb [mcwire.StatusSize]byte
+			l.nc.SetReadDeadline(time.Now().Add(time.Second))
+			if _, rerr := io.ReadFull(l.br, sb[:]); rerr == nil {
+				if serr := mcwire.DecodeStatus(sb[:]); serr != nil {
+					return fmt.Errorf("%s of %d bytes at 0x%x: %w", opName(c.write), len(c.mem), c.addr, serr)
+				}
+			}
+		}
 		return p.broken("send", err)
 	}
 	if barrier {

@@ -3,11 +3,16 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/kvconnect/kvconnect/plugins"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
+	"github.com/kvconnect/kvconnect/transports/tcp"
+	"github.com/kvconnect/kvconnect/transports/tcp/internal/mcwire"
 )
 
 // TestMooncakeRejectedWriteSaysWhy: a WRITE over Mooncake's protocol v2
@@ -80,4 +85,50 @@ func TestCanceledBatchDoesNotFailTheNext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRealMooncakeRejectionOfAWriteSaysWhy: Mooncake's own v2 server
+// rejects a WRITE by sending its status and closing without reading the
+// payload (tcp_transport_session_impl.h), which resets the connection
+// under the client's write. The client still reports the rejection the
+// status carried, not a broken connection.
+func TestRealMooncakeRejectionOfAWriteSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close() // payload unread: the close resets the connection
+				var hb [mcwire.HeaderSize]byte
+				if _, err := io.ReadFull(nc, hb[:]); err != nil {
+					return
+				}
+				var sb [mcwire.StatusSize]byte
+				mcwire.EncodeStatus(&sb, mcwire.StatusRejected)
+				nc.Write(sb[:])
+			}()
+		}
+	}()
+	a := transporttest.NewNode(t, inproc(`{"chunk_size":"64MiB"}`), "a")
+	const size = 64 << 20
+	src := a.Alloc(t, size, 0)
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	pn, _ := strconv.Atoi(port)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "mooncake", Endpoint: tcp.MooncakeEndpoint(host, pn, 2),
+		Regions: []plugins.RemoteRegion{{ID: 1, Addr: 0x7f0000000000, Size: size}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := a.Transfer(t, peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: size}})
+	if err := res[0].Err; err == nil || errors.Is(err, plugins.ErrPeerUnreachable) {
+		t.Fatalf("a WRITE Mooncake's server rejected: %v; want the rejection, not a broken connection", err)
+	}
+	t.Log(res[0].Err)
 }
