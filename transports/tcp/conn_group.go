@@ -36,7 +36,9 @@ func (c *conn) readGroup(g *wire.Header, release bool) (released bool, err error
 	defer func() {
 		clear(chs)
 		clear(mems)
-		c.gchs, c.mems = chs[:0], mems[:0]
+		if !released { // still the read side's: keep the scratch for the next group
+			c.gchs, c.mems = chs[:0], mems[:0]
+		}
 	}()
 	for i := range hs {
 		if err := c.checkResponse(&hs[i], chs[i]); err != nil {
@@ -58,7 +60,16 @@ func (c *conn) readGroup(g *wire.Header, release bool) (released bool, err error
 		}
 	}
 	c.progress.Add(uint64(len(hs)))
-	released = release && c.releaseIfIdle()
+	if release {
+		// Giving up the read side hands the scratch (c.hs, c.gchs,
+		// c.mems) to the next reader, which may read a group while this
+		// one completes its chunks: this group keeps its own slices, and
+		// the next reader makes new ones.
+		c.hs, c.gchs, c.mems = nil, nil, nil
+		if released = c.releaseIfIdle(); !released {
+			c.hs = hs
+		}
+	}
 	for i, ch := range chs {
 		if st := hs[i].Status; st != wire.StatusOK {
 			ch.complete(ch.remoteError(c.p.name, st))

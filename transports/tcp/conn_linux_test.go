@@ -201,3 +201,42 @@ func TestReadGivenUpMidAnswerTouchesNoMemoryAfter(t *testing.T) {
 		t.Fatal("the answer of a READ given up reached the local memory after Transfer returned")
 	}
 }
+
+// TestGroupsOfOneWithConcurrentLoneOps: a target that answers every
+// request as a group (of one) while several callers send lone ops on one
+// connection: a reader giving up the read side after a group must not
+// share that group's scratch with the next reader (run with -race; a
+// shared one completed chunks with another group's answers, or panicked).
+func TestGroupsOfOneWithConcurrentLoneOps(t *testing.T) {
+	addr, _ := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
+		var b [2 * wire.HeaderSize]byte
+		g := wire.GroupHeader(1)
+		g.Encode(b[:wire.HeaderSize])
+		(&wire.Header{Op: wire.OpWriteAck, ReqID: h.ReqID}).Encode(b[wire.HeaderSize:])
+		nc.Write(b[:])
+	})
+	a := transporttest.NewNode(t, inproc(`{"connections":1}`), "a")
+	src := a.Alloc(t, 4096, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "grouping", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 300 {
+				res := make([]plugins.OpResult, 1)
+				if err := a.T.Transfer(context.Background(), peer, []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: 512}}, res); err != nil || res[0].Err != nil {
+					errs <- fmt.Errorf("%v / %v", err, res[0].Err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
