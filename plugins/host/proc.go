@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +61,7 @@ func (r *procRunner) Start(context.Context) error {
 	errR, errW := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr, r.cmd.WaitDelay = outW, errW, outputHeld
 	r.stdout, r.stderr = &recorder{r: outR, max: 1024}, errR
-	if err := startUnlocked(r.cmd); err != nil {
+	if err := startOnForker(r.cmd); err != nil {
 		r.execErr = err
 		outW.Close()
 		errW.Close()
@@ -72,17 +73,37 @@ func (r *procRunner) Start(context.Context) error {
 	return nil
 }
 
-// startUnlocked starts cmd from a goroutine of its own. The plugin's
-// parent-death signal (bindToParent) fires when the thread that forked it
-// ends, not the process: a caller whose goroutine is locked to its thread
-// (runtime.LockOSThread) and ends without unlocking takes that thread
-// with it, and would kill the plugin. A new goroutine never runs on a
-// locked thread, and Go's other threads live as long as the process.
-func startUnlocked(cmd *exec.Cmd) error {
+// startOnForker starts cmd on the forker: a goroutine locked to a thread
+// of its own for the life of the process. The plugin's parent-death
+// signal (bindToParent) fires when the thread that forked it ends, not
+// the process, and Go ends a thread whenever a goroutine locked to it
+// returns without unlocking (a caller's, or UCX's and libfabric's
+// progress loops here): a plugin started from any thread but one that
+// never ends could die with a healthy host (golang/go#27505).
+func startOnForker(cmd *exec.Cmd) error {
+	forkerOnce.Do(func() {
+		forker = make(chan forkRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+			for r := range forker {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
 	done := make(chan error, 1)
-	go func() { done <- cmd.Start() }()
+	forker <- forkRequest{cmd, done}
 	return <-done
 }
+
+type forkRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	forkerOnce sync.Once
+	forker     chan forkRequest
+)
 
 // outputHeld is how long after the plugin's exit its output may stay
 // open (held by a process it started) before the host stops reading it.
