@@ -52,6 +52,15 @@ type grpcServer struct {
 	// refuses it, and that memory must still be mapped.
 	unmapped    bool
 	registering sync.WaitGroup
+
+	// The transport is closed once, by the first Close (the host's, or
+	// shutdown's at exit); a later one gets its outcome. The memory is
+	// unmapped only after a Close that succeeded: one that failed may
+	// leave ops running on it (a Guard-based transport answers a second
+	// Close with nil, while the first still runs or after it failed).
+	closeMu   sync.Mutex
+	closeDone chan struct{} // set when the first Close began; closed when it ended
+	closeErr  error
 }
 
 // fileView is a file mapped once for the regions that name its token.
@@ -395,17 +404,44 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 }
 
 func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {
+	if err := s.closeTransport(ctx); err != nil {
+		return nil, pluginrpc.ToStatus(err)
+	}
+	return &proto.CloseResponse{}, nil
+}
+
+// closeTransport closes the transport the first time it is called, and
+// unmaps the regions if that succeeded; later calls wait for the first
+// (or their ctx) and return its outcome.
+func (s *grpcServer) closeTransport(ctx context.Context) error {
+	s.closeMu.Lock()
+	if done := s.closeDone; done != nil {
+		s.closeMu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the transport's Close under way: %w", ContextError(ctx.Err()))
+		}
+		s.closeMu.Lock()
+		defer s.closeMu.Unlock()
+		return s.closeErr
+	}
+	s.closeDone = make(chan struct{})
+	s.closeMu.Unlock()
 	err := s.impl.Close(ctx)
 	// The transport failed its batches in flight: the ring's workers
 	// publish them and end.
 	s.stopRing()
-	if err != nil {
-		// The transport may still use region memory: keep it mapped (the
-		// process is about to end anyway).
-		return nil, pluginrpc.ToStatus(err)
+	if err == nil {
+		s.unmapAll()
 	}
-	s.unmapAll()
-	return &proto.CloseResponse{}, nil
+	// Else the transport may still use region memory: it stays mapped
+	// (the process is about to end, which unmaps it safely).
+	s.closeMu.Lock()
+	s.closeErr = err
+	close(s.closeDone)
+	s.closeMu.Unlock()
+	return err
 }
 
 // unmapAll unmaps every region's memory once the registrations under
@@ -433,14 +469,10 @@ func (s *grpcServer) unmapAll() {
 func (s *grpcServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.impl.Close(ctx)
-	s.stopRing()
-	if err != nil {
-		// Leave the regions mapped: the transport may still touch them, and
+	if err := s.closeTransport(ctx); err != nil {
+		// The regions stay mapped: the transport may still touch them, and
 		// the process is exiting, which unmaps them safely.
 		s.log.Warn("closing the transport at plugin exit", zap.Error(err))
-	} else {
-		s.unmapAll()
 	}
 	if s.fds != nil {
 		s.fds.Close()
