@@ -87,8 +87,9 @@ func (s *snapshot) containing(addr uint64) *Entry {
 	return found
 }
 
-// Add registers a region. Ids must be non-zero and unique, address ranges
-// must not overlap; errors wrap errdefs.ErrInvalidArgument.
+// Add registers a region. Ids must be non-zero and unique (also against a
+// region whose Remove has not finished), address ranges must not
+// overlap; errors wrap errdefs.ErrInvalidArgument.
 func (t *Table) Add(id, addr uint64, mem []byte) error {
 	e := &Entry{ID: id, Addr: addr, Mem: mem, drained: make(chan struct{})}
 	if err := checkSpan(e.span()); err != nil {
@@ -99,6 +100,11 @@ func (t *Table) Add(id, addr uint64, mem []byte) error {
 	old := t.load()
 	if _, dup := old.byID.Get(e); dup {
 		return fmt.Errorf("regions: region %d already registered: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if _, draining := t.draining[id]; draining {
+		// A Remove gave up waiting for its accesses: the id is not free
+		// until a Remove finishes (Remove of the id waits for the old one).
+		return fmt.Errorf("regions: region %d is still being removed (ops on it have not ended): %w", id, errdefs.ErrInvalidArgument)
 	}
 	if o := old.containing(addr); o != nil {
 		return fmt.Errorf("regions: %w", overlapError(e.span(), o.span()))

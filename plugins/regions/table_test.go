@@ -84,6 +84,11 @@ func TestRemoveWaitsForAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The id is not free while its region drains: adding it again would
+	// leave the new region behind the next Remove, which waits for the old.
+	if err := tb.Add(1, 5000, make([]byte, 10)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("Add of an id still draining: %v, want ErrInvalidArgument", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- tb.Remove(context.Background(), 1) }()
 	select {
@@ -150,6 +155,11 @@ func TestRemoveAgainAfterTimeout(t *testing.T) {
 	defer cancel()
 	if err := tb.Remove(ctx, 1); !errors.Is(err, errdefs.ErrTimeout) {
 		t.Fatalf("Remove with an access held: %v, want ErrTimeout", err)
+	}
+	// The id is not free while its region drains: adding it again would
+	// leave the new region behind the next Remove, which waits for the old.
+	if err := tb.Add(1, 5000, make([]byte, 10)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("Add of an id still draining: %v, want ErrInvalidArgument", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- tb.Remove(context.Background(), 1) }()
