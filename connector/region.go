@@ -134,7 +134,10 @@ func (c *Connector) RegisterFile(ctx context.Context, f *os.File, offset uint64,
 		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrInvalidArgument)
 	}
 	mem := v.seg.Bytes()[offset : offset+uint64(length) : offset+uint64(length)]
-	shm.Populate(mem)
+	if err := shm.Populate(mem); err != nil {
+		c.views.release(v)
+		return nil, fmt.Errorf("connector: RegisterFile(%s, offset %d, %d bytes): %v: %w", f.Name(), offset, length, err, ErrResourceExhausted)
+	}
 	id := c.newRegionID()
 	return c.register(ctx, id, fmt.Sprintf("file-%d", id), mem, v.seg.File(), offset, func() { c.views.release(v) })
 }

@@ -202,7 +202,10 @@ func (s *grpcServer) registerInView(ctx context.Context, req *proto.RegisterRegi
 	}
 	at := req.FileOffset - req.ViewOffset
 	mem := all[at : at+req.Size : at+req.Size]
-	shm.Populate(mem)
+	if err := shm.Populate(mem); err != nil {
+		s.releaseRegion(v)
+		return nil, fmt.Errorf("register region %d: %v: %w", req.Id, err, errdefs.ErrResourceExhausted)
+	}
 	key, err := s.impl.RegisterRegion(ctx, Region{ID: RegionID(req.Id), Addr: req.Addr, Mem: mem, File: v.seg.File(), FileOffset: req.FileOffset})
 	if err != nil {
 		s.releaseRegion(v)

@@ -112,8 +112,12 @@ func (p *Pool) Alloc(name string, size int) (*Piece, error) {
 	off := first * p.page
 	all := s.seg.Bytes()
 	mem := all[off : off+size : off+size]
-	Populate(mem)
-	return &Piece{pool: p, slab: s, seg: s.seg, off: off, span: pages * p.page, mem: mem}, nil
+	pc := &Piece{pool: p, slab: s, seg: s.seg, off: off, span: pages * p.page, mem: mem}
+	if err := Populate(mem); err != nil {
+		pc.free()
+		return nil, err
+	}
+	return pc, nil
 }
 
 // find returns the first page of a run of n free pages, or -1.

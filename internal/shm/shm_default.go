@@ -20,7 +20,7 @@ func MapView(f *os.File, size int) (*Segment, error) { return nil, ErrUnsupporte
 func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) { return nil, ErrUnsupported }
 
 // Populate does nothing on this platform.
-func Populate(mem []byte) {}
+func Populate(mem []byte) error { return nil }
 
 // Punch is not supported on this platform.
 func Punch(f *os.File, off, size uint64) error { return ErrUnsupported }

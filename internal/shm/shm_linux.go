@@ -123,16 +123,24 @@ func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) {
 
 // Populate faults in the pages of mem (part of a shared mapping) for
 // writing, as MAP_POPULATE would have, so the first ops on a region do not
-// pay for page faults. It is best effort: kernels before 5.14 lack
-// MADV_POPULATE_WRITE and then nothing happens.
-func Populate(mem []byte) {
+// pay for page faults. Kernels before 5.14 lack MADV_POPULATE_WRITE: then
+// nothing happens. An error means some page cannot be backed (a sparse
+// file on a full tmpfs, memory short, a range past the file's end): the
+// first access there would kill the process with SIGBUS, so the caller
+// refuses the memory.
+func Populate(mem []byte) error {
 	if len(mem) == 0 {
-		return
+		return nil
 	}
 	page := uintptr(unix.Getpagesize())
 	start := uintptr(unsafePointer(mem)) &^ (page - 1)
 	end := uintptr(unsafePointer(mem)) + uintptr(len(mem))
-	unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_POPULATE_WRITE)
+	_, _, errno := unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_POPULATE_WRITE)
+	switch errno {
+	case 0, unix.EINVAL: // done, or a kernel without MADV_POPULATE_WRITE
+		return nil
+	}
+	return fmt.Errorf("shm: faulting in %d bytes: %w (a file on a full tmpfs such as /dev/shm, or memory short?)", len(mem), errno)
 }
 
 // Punch releases the pages of [off, off+size) of f back to the system;
