@@ -4,10 +4,12 @@ package callermem
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -235,7 +237,7 @@ func (a *arenaState) share(p, q, addr uint64) (*Lease, error) {
 		if err := a.moveIn(r[0], r[1]); err != nil {
 			// Put back what moved, and forget the range.
 			for _, g := range a.held.remove(p, q) {
-				a.moveOut(g[0], g[1])
+				a.keep(a.moveOut(g[0], g[1]))
 			}
 			a.closeIfIdle()
 			return nil, err
@@ -250,13 +252,23 @@ func (a *arenaState) release(p, q uint64) error {
 	defer a.mu.Unlock()
 	var errs []error
 	for _, g := range a.held.remove(p, q) {
-		if err := a.moveOut(g[0], g[1]); err != nil {
+		if err := a.keep(a.moveOut(g[0], g[1])); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	a.leases--
 	a.closeIfIdle()
 	return errors.Join(errs...)
+}
+
+// keep holds again what moveOut could not move back: it is still the
+// arena's mapping, listed by Held (a fork child remaps it), and keeps the
+// arena open. The caller holds mu.
+func (a *arenaState) keep(failed [][2]uint64, err error) error {
+	for _, f := range failed {
+		a.held.add(f[0], f[1])
+	}
+	return err
 }
 
 // closeIfIdle closes the arena once nothing is held: its pages are back
@@ -348,11 +360,13 @@ func mapShared(fd int, x, y uint64) error {
 // moveOut turns the arena's mappings in [lo, hi) back into private
 // memory with the same contents and frees the arena's pages. Parts that
 // are no longer the arena's mapping (the caller unmapped or replaced its
-// memory) are left alone. The caller holds mu.
-func (a *arenaState) moveOut(lo, hi uint64) error {
+// memory) are left alone. What could not be moved back (out of memory,
+// the map count limit) stays the arena's mapping, its pages kept, and is
+// returned in failed: the caller keeps it held. The caller holds mu.
+func (a *arenaState) moveOut(lo, hi uint64) (failed [][2]uint64, err error) {
 	vmas, err := readMaps(lo, hi)
 	if err != nil {
-		return err
+		return [][2]uint64{{lo, hi}}, err // nothing known moved: keep it all
 	}
 	fd := int(a.file.Fd())
 	var errs []error
@@ -363,13 +377,28 @@ func (a *arenaState) moveOut(lo, hi uint64) error {
 		for _, c := range chunks(max(lo, v.start), min(hi, v.end)) {
 			if err := movePrivate(fd, c[0], c[1]); err != nil {
 				errs = append(errs, err)
+				failed = append(failed, c)
 			}
 		}
 	}
-	if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(lo), int64(hi-lo)); err != nil {
-		errs = append(errs, fmt.Errorf("callermem: freeing [0x%x, 0x%x) of the arena: %w", lo, hi, err))
+	// Free the arena's pages, but for what is still mapped from it: a
+	// hole punched there would read as zeros, the caller's data lost.
+	free := func(x, y uint64) {
+		if x >= y {
+			return
+		}
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(x), int64(y-x)); err != nil {
+			errs = append(errs, fmt.Errorf("callermem: freeing [0x%x, 0x%x) of the arena: %w", x, y, err))
+		}
 	}
-	return errors.Join(errs...)
+	slices.SortFunc(failed, func(x, y [2]uint64) int { return cmp.Compare(x[0], y[0]) })
+	next := lo
+	for _, f := range failed {
+		free(next, f[0])
+		next = f[1]
+	}
+	free(next, hi)
+	return failed, errors.Join(errs...)
 }
 
 // movePrivate replaces the arena mapping [x, y) with a private copy of
