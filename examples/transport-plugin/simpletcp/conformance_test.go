@@ -1,6 +1,7 @@
 package simpletcp_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/kvconnect/kvconnect/examples/transport-plugin/simpletcp"
@@ -16,4 +17,21 @@ func TestConformance(t *testing.T) {
 		New:    func() plugins.Transport { return simpletcp.New() },
 		Binary: transporttest.BuildPlugin(t, "github.com/kvconnect/kvconnect/examples/transport-plugin/cmd/kvconnect-transport-simpletcp"),
 	})
+}
+
+// TestBatchAfterACanceledOne: a batch whose context ended before it ran
+// fails alone; the next batch to the peer succeeds (the deadline the
+// first one's cancellation set does not stay on the connection).
+func TestBatchAfterACanceledOne(t *testing.T) {
+	h := transporttest.Harness{New: func(*testing.T) plugins.Transport { return simpletcp.New() }}
+	a, b := transporttest.NewNode(t, h, "a"), transporttest.NewNode(t, h, "b")
+	src, dst := a.Alloc(t, 4096, 0), b.Alloc(t, 4096, 0)
+	peer := a.Connect(t, b)
+	ops := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: dst.ID, Length: 4096}}
+	for round := 0; round < 3; round++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		a.T.Transfer(ctx, peer, ops, make([]plugins.OpResult, 1))
+		a.MustTransfer(t, peer, ops)
+	}
 }

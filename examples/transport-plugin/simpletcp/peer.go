@@ -123,11 +123,17 @@ func (t *Transport) Transfer(ctx context.Context, id plugins.PeerID, ops []plugi
 		plugins.FillResults(results, closed)
 		return closed
 	}
-	// Ending ctx interrupts the op on the wire.
+	// Ending ctx interrupts the op on the wire. Once that has run, the
+	// deadline it set stays on the connection, and the op it cut left the
+	// stream mid-request: the connection is marked broken, so the next
+	// batch dials a new one instead of failing on a stale deadline.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
-	defer stop()
 	for i := range ops {
 		results[i].Err = t.op(ctx, p, nc, &ops[i])
+	}
+	if !stop() && p.broken == nil {
+		p.broken = fmt.Errorf("%s: peer %s: a batch given up cut the connection: %w", Name, p.name, plugins.ErrPeerUnreachable)
+		nc.Close()
 	}
 	return nil
 }
