@@ -146,6 +146,11 @@ func checkCovered(vmas []vma, p, q, addr, n uint64) error {
 		if !v.read || !v.write {
 			return errInvalid("range [0x%x, +%d) is not writable memory (%s): peers write into registered memory%s", addr, n, v, deviceHint)
 		}
+		if v.exec && !v.shared {
+			// Registering moves private memory to a shared mapping, read
+			// and write only: code run from it afterwards would crash.
+			return errInvalid("range [0x%x, +%d) is executable memory (%s): register a data buffer, not memory holding code", addr, n, v)
+		}
 		next = v.end
 	}
 	if next < q {

@@ -222,6 +222,11 @@ func TestShareRefusesBadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(ro)
+	rwx, err := unix.Mmap(-1, 0, pageSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(rwx)
 	disk, err := os.CreateTemp(t.TempDir(), "disk")
 	if err != nil {
 		t.Fatal(err)
@@ -241,11 +246,12 @@ func TestShareRefusesBadMemory(t *testing.T) {
 	gone := three[pageSize : 2*pageSize]
 	pastEnd := three[:2*pageSize]
 	for name, mem := range map[string][]byte{
-		"read-only":            ro,
-		"unmapped":             gone,
-		"a file on disk":       onDisk,
-		"past a mapping's end": pastEnd,
-		"empty":                three[:0],
+		"read-only":             ro,
+		"executable (JIT code)": rwx,
+		"unmapped":              gone,
+		"a file on disk":        onDisk,
+		"past a mapping's end":  pastEnd,
+		"empty":                 three[:0],
 	} {
 		l, err := Share(mem)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
