@@ -136,10 +136,29 @@ func (s *grpcServer) Init(ctx context.Context, req *proto.InitRequest) (*proto.I
 
 func (s *grpcServer) RegisterRegion(ctx context.Context, req *proto.RegisterRegionRequest) (*proto.RegisterRegionResponse, error) {
 	key, err := s.register(ctx, req)
+	if err == nil {
+		err = s.undoIfGivenUp(ctx, req.Id)
+	}
 	if err != nil {
 		return nil, pluginrpc.ToStatus(err)
 	}
 	return &proto.RegisterRegionResponse{Key: key}, nil
+}
+
+// undoIfGivenUp deregisters regions whose registration succeeded after
+// the host gave up on the call (its deadline passed while the transport
+// registered, and a transport need not watch ctx): the host takes the
+// call for failed and releases the memory, so the region must not stay.
+func (s *grpcServer) undoIfGivenUp(ctx context.Context, ids ...uint64) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		s.deregister(uctx, RegionID(id))
+	}
+	return fmt.Errorf("register region %d: the host gave up on the call: %w", ids[0], ContextError(ctx.Err()))
 }
 
 // register maps the region req names and registers it with the
@@ -226,6 +245,15 @@ func (s *grpcServer) RegisterRegions(ctx context.Context, req *proto.RegisterReg
 	keys := make([][]byte, 0, len(req.Regions))
 	for i, r := range req.Regions {
 		key, err := s.register(ctx, r)
+		if err == nil && (ctx.Err() != nil || i == len(req.Regions)-1) {
+			ids := make([]uint64, 0, i+1)
+			for _, done := range req.Regions[:i+1] {
+				ids = append(ids, done.Id)
+			}
+			if err = s.undoIfGivenUp(ctx, ids...); err != nil {
+				return nil, pluginrpc.ToStatus(fmt.Errorf("register regions: %w", err))
+			}
+		}
 		if err != nil {
 			for _, done := range req.Regions[:i] {
 				s.deregister(context.WithoutCancel(ctx), RegionID(done.Id))

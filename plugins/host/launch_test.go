@@ -444,6 +444,35 @@ func TestRegionMemoryReachesPlugin(t *testing.T) {
 	}
 }
 
+// TestRegistrationTheHostGaveUpOnDoesNotStay: a registration that ends
+// after the host's deadline (the transport took its time, ignoring it)
+// is undone in the plugin: the host took the call for failed and may free
+// the memory, and registering the id again must work.
+func TestRegistrationTheHostGaveUpOnDoesNotStay(t *testing.T) {
+	isolate(t)
+	p := launchFake(t, "FAKEPLUGIN_REGISTER=slow")
+	seg := newSegment(t, 1<<20)
+	r := plugins.Region{ID: 5, Addr: 4096, Mem: seg.Bytes(), File: seg.File()}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.RegisterRegion(ctx, r); !errors.Is(err, errdefs.ErrTimeout) {
+		t.Fatalf("a registration past its deadline: %v, want ErrTimeout", err)
+	}
+	// The plugin undoes it once the transport returns; the host does not
+	// know when. Registering again may meet the undo under way: retry
+	// until it has run (bounded).
+	deadline := time.Now().Add(testbin.WaitLimit)
+	for {
+		_, err := p.RegisterRegion(t.Context(), r)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || time.Now().After(deadline) {
+			t.Fatalf("registering the id again after the call the host gave up on: %v", err)
+		}
+	}
+}
+
 func launchFake(t *testing.T, env ...string) *Plugin {
 	t.Helper()
 	p, err := Launch(t.Context(), LaunchConfig{Name: "fake", Path: buildTestdata(t, "fakeplugin"), Logger: zaptest.NewLogger(t),

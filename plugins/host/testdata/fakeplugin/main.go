@@ -6,7 +6,9 @@
 // plugin mapped it. Transfer to peer 98 ends the process mid-batch; to
 // peer 99 it waits for its context, then fails with the context's error.
 // FAKEPLUGIN_CLOSE=exit makes Close end the process before it answers.
-// FAKEPLUGIN_INFO=hang makes Info never answer.
+// FAKEPLUGIN_INFO=hang makes Info never answer. FAKEPLUGIN_REGISTER=slow
+// makes RegisterRegion take 300 ms whatever its deadline, and refuse an
+// id it holds.
 // FAKEPLUGIN_CHILD=file starts a long sleep that inherits the plugin's
 // stdout and stderr (as a helper or a shell wrapper's background job
 // would) and writes its pid to file.
@@ -18,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -59,11 +63,33 @@ func (fake) Close(context.Context) error {
 	return nil
 }
 
+// registered are the regions of FAKEPLUGIN_REGISTER=slow mode.
+var (
+	regMu      sync.Mutex
+	registered = map[plugins.RegionID]bool{}
+)
+
 func (fake) RegisterRegion(_ context.Context, r plugins.Region) ([]byte, error) {
+	if os.Getenv("FAKEPLUGIN_REGISTER") == "slow" {
+		// A registration that takes its time and ignores the caller's
+		// deadline (a transport need not watch it), then keeps the id.
+		time.Sleep(300 * time.Millisecond)
+		regMu.Lock()
+		defer regMu.Unlock()
+		if registered[r.ID] {
+			return nil, fmt.Errorf("fake: region %d already registered: %w", r.ID, plugins.ErrInvalidArgument)
+		}
+		registered[r.ID] = true
+	}
 	return append([]byte(nil), r.Mem[:min(len(r.Mem), 16)]...), nil
 }
 
-func (fake) DeregisterRegion(context.Context, plugins.RegionID) error { return nil }
+func (fake) DeregisterRegion(_ context.Context, id plugins.RegionID) error {
+	regMu.Lock()
+	delete(registered, id)
+	regMu.Unlock()
+	return nil
+}
 
 func (fake) Connect(_ context.Context, peer plugins.PeerInfo) (plugins.PeerID, error) {
 	if s := errdefs.FromKind(peer.Name); s != nil {
