@@ -61,7 +61,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	remote := peer.Regions()[0]
+	regions := peer.Regions()
+	if len(regions) == 0 {
+		return fmt.Errorf("decode node %s published no region", decode.SessionID())
+	}
+	remote := regions[0]
 	ops := make([]connector.Op, 16)
 	for i := range ops {
 		off := uint64(i) << 20
@@ -77,19 +81,33 @@ func run() error {
 	}
 	fmt.Printf("batch: %d ops in %v, first op %s\n", len(ops), batch.Elapsed(), batch.Status(0))
 
-	// The same by absolute addresses, as vLLM's MooncakeConnector does.
-	if err := prefill.TransferSyncRead(ctx, decode.SessionID(), src.Addr(), remote.Addr, 4096); err != nil {
-		return err
-	}
 	if !bytes.Equal(src.Bytes()[:16<<20], dst.Bytes()) {
 		return fmt.Errorf("decode memory differs from what prefill wrote")
+	}
+
+	// By absolute addresses, as vLLM's MooncakeConnector calls it: read
+	// 4 KiB of the decode node's memory back into a fresh region.
+	back, err := prefill.Alloc(ctx, 4096)
+	if err != nil {
+		return err
+	}
+	if err := prefill.TransferSyncRead(ctx, decode.SessionID(), back.Addr(), remote.Addr+8192, 4096); err != nil {
+		return err
+	}
+	if !bytes.Equal(back.Bytes(), dst.Bytes()[8192:8192+4096]) {
+		return fmt.Errorf("what prefill read back differs from decode's memory")
 	}
 
 	// Tell the decode node the blocks are there.
 	if err := prefill.Notify(ctx, decode.SessionID(), "kv_ready", "request-42"); err != nil {
 		return err
 	}
-	n := <-decode.Notifications()
+	var n connector.Notification
+	select {
+	case n = <-decode.Notifications():
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the notification: %w", ctx.Err())
+	}
 	fmt.Printf("decode got notification %q: %s from %s\n", n.Name, n.Msg, n.From)
 
 	st, _ := json.MarshalIndent(prefill.Status(), "", "  ")
