@@ -81,15 +81,6 @@ func (r *procRunner) Start(context.Context) error {
 // progress loops here): a plugin started from any thread but one that
 // never ends could die with a healthy host (golang/go#27505).
 func startOnForker(cmd *exec.Cmd) error {
-	forkerOnce.Do(func() {
-		forker = make(chan forkRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked: this thread lives as long as the process
-			for r := range forker {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
 	done := make(chan error, 1)
 	forker <- forkRequest{cmd, done}
 	return <-done
@@ -100,10 +91,19 @@ type forkRequest struct {
 	done chan error
 }
 
-var (
-	forkerOnce sync.Once
-	forker     chan forkRequest
-)
+// forker is served from package initialization on (an idle goroutine,
+// parked): started lazily, it would show as a goroutine a test's first
+// plugin launch left behind.
+var forker = func() chan forkRequest {
+	ch := make(chan forkRequest)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+		for r := range ch {
+			r.done <- r.cmd.Start()
+		}
+	}()
+	return ch
+}()
 
 // outputHeld is how long after the plugin's exit its output may stay
 // open (held by a process it started) before the host stops reading it.
