@@ -186,7 +186,8 @@ type InitResult struct {
 //  2. Init, once. A transport that cannot run on this host returns an
 //     error wrapping ErrUnavailable, preferably an *InitError; the host
 //     then tries the next transport of its fallback chain. A second Init
-//     fails with ErrInvalidArgument, Init after Close with ErrClosed.
+//     after one that succeeded fails with ErrInvalidArgument (Guard allows
+//     another try after one that failed), Init after Close with ErrClosed.
 //  3. RegisterRegion, DeregisterRegion, Connect, Disconnect and Transfer,
 //     any number of times, from many goroutines at once. Before Init they
 //     fail with ErrNotInitialized, after Close with ErrClosed.

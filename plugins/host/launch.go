@@ -31,8 +31,9 @@ type LaunchConfig struct {
 	Logger *zap.Logger
 	// StartTimeout bounds the go-plugin handshake. Default 10s.
 	StartTimeout time.Duration
-	// GRPCMaxMessageSize caps gRPC messages both ways (bytes); 0 = gRPC's
-	// default. Tests use it to prove no payload crosses gRPC.
+	// GRPCMaxMessageSize caps gRPC messages both ways (bytes); 0 =
+	// pluginrpc.DefaultMaxMessage (64 MiB). Tests use it to prove no
+	// payload crosses gRPC.
 	GRPCMaxMessageSize int
 	// Env is extra environment for the plugin process (KEY=VALUE). It is
 	// added after the host's environment, so its entries win.
