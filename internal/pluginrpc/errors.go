@@ -73,7 +73,13 @@ func FromDetail(d *proto.ErrorDetail) error {
 			kinds = []string{in.WrappedKind}
 		}
 		ie.Err = errdefs.Join(kinds...)
-		return ie
+		if d.Message == ie.Error() {
+			return ie
+		}
+		// The diagnosis came wrapped (fmt.Errorf("...: %w", ie), or with
+		// more sentinels beside it): keep the whole message and every
+		// sentinel the wrapping added, and the diagnosis for errors.As.
+		return &wrappedInit{msg: d.Message, ie: ie, outer: errdefs.Remote(d.Message, d.Kinds...)}
 	}
 	kinds := d.Kinds
 	if len(kinds) == 0 && d.Kind != "" {
@@ -81,6 +87,18 @@ func FromDetail(d *proto.ErrorDetail) error {
 	}
 	return errdefs.Remote(d.Message, kinds...)
 }
+
+// wrappedInit is an *errdefs.InitError that crossed the wire inside
+// another error: it prints the outer message and matches the sentinels of
+// both.
+type wrappedInit struct {
+	msg   string
+	ie    *errdefs.InitError
+	outer error
+}
+
+func (e *wrappedInit) Error() string   { return e.msg }
+func (e *wrappedInit) Unwrap() []error { return []error{e.ie, e.outer} }
 
 // ToStatus turns an error returned by a transport into a gRPC status error
 // that carries its Detail.

@@ -89,3 +89,25 @@ func TestErrorDetailKeepsEverySentinel(t *testing.T) {
 		t.Fatalf("message changed: %q", out.Error())
 	}
 }
+
+// TestWrappedInitErrorKeepsTheWrapping: a diagnosis returned inside
+// another error (more sentinels, more text) comes back with the outer
+// message and sentinels, and still as an *errdefs.InitError.
+func TestWrappedInitErrorKeepsTheWrapping(t *testing.T) {
+	ie := &errdefs.InitError{Transport: "x", Step: errdefs.StepProbeDevices, Cause: "slow probe",
+		Err: fmt.Errorf("x: %w", errdefs.ErrUnavailable)}
+	err := fmt.Errorf("init gave up: %w: %w", errdefs.ErrTimeout, ie)
+	back, _ := FromStatus(ToStatus(err))
+	var got *errdefs.InitError
+	if !errors.As(back, &got) || got.Cause != "slow probe" {
+		t.Fatalf("came back as %T %v, want an InitError inside", back, back)
+	}
+	for _, s := range []error{errdefs.ErrTimeout, errdefs.ErrUnavailable} {
+		if !errors.Is(back, s) {
+			t.Errorf("errors.Is(%v) lost", s)
+		}
+	}
+	if back.Error() != err.Error() {
+		t.Errorf("message %q, want %q", back.Error(), err.Error())
+	}
+}
