@@ -181,17 +181,17 @@ func (p *Plugin) Close(ctx context.Context) error {
 	p.closed = true
 	p.closeMu.Unlock()
 	defer close(p.closeDone)
-	// One bound for the whole shutdown, also when ctx has none: a plugin
-	// that stopped answering (SIGSTOP, wedged in a driver call) must not
-	// hold the Close request, and so Close, forever.
-	ctx, cancel := context.WithTimeout(ctx, killWait)
-	defer cancel()
+	// The Close request is bounded, also when ctx has no deadline: a
+	// plugin that stopped answering (SIGSTOP, wedged in a driver call)
+	// must not hold it, and so Close, forever. kill has a bound of its own.
 	var err error
 	if p.grpcClient != nil {
 		select {
 		case <-p.exited:
 		default:
-			err = p.grpcClient.Close(ctx)
+			cctx, cancel := context.WithTimeout(ctx, killWait)
+			err = p.grpcClient.Close(cctx)
+			cancel()
 			if errors.Is(err, errdefs.ErrTransportCrashed) || errors.Is(err, errdefs.ErrClosed) {
 				// It is going away either way: a process that died during
 				// Close is reported as closed (p.closed is set).
@@ -202,7 +202,9 @@ func (p *Plugin) Close(ctx context.Context) error {
 	if p.grpcClient != nil {
 		p.closeRing() // gone with the process, if Close was not called
 	}
-	p.kill(ctx)
+	kctx, cancel := context.WithTimeout(ctx, killWait)
+	p.kill(kctx)
+	cancel()
 	p.goLog.Detach()
 	p.host.Close()
 	<-p.watchEnd

@@ -52,24 +52,37 @@ func (r *procRunner) Start(context.Context) error {
 		r.canceled = true
 		return err
 	}
-	// The output reaches go-plugin through exec's copying goroutines, not
-	// StdoutPipe: a process the plugin started (a helper, a shell
-	// wrapper's background job) can keep the pipes open after the plugin
-	// exited, and go-plugin reaps the plugin only once both reach EOF.
-	// WaitDelay bounds that: outputHeld after the exit, the pipes close.
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	r.cmd.Stdout, r.cmd.Stderr, r.cmd.WaitDelay = outW, errW, outputHeld
-	r.stdout, r.stderr = &recorder{r: outR, max: 1024}, errR
-	if err := startOnForker(r.cmd); err != nil {
+	// The output reaches go-plugin through pipes of our own: a process the
+	// plugin started (a helper, a shell wrapper's background job) can keep
+	// them open after the plugin exited, and go-plugin reaps the plugin
+	// only once it read both to their end. reap closes our read ends
+	// outputHeld after the exit if go-plugin has not finished by then.
+	outR, outW, err := os.Pipe()
+	if err != nil {
 		r.execErr = err
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
 		outW.Close()
-		errW.Close()
+		r.execErr = err
+		return err
+	}
+	r.cmd.Stdout, r.cmd.Stderr = outW, errW
+	r.stdout, r.stderr = &recorder{r: outR, max: 1024}, errR
+	err = startOnForker(r.ctx, r.cmd)
+	outW.Close() // the child has its copies (or never will)
+	errW.Close()
+	if err != nil {
+		r.execErr = err
+		outR.Close()
+		errR.Close()
 		return err
 	}
 	r.pid = r.cmd.Process.Pid
 	r.reaped = make(chan struct{})
-	go r.reap(outW, errW)
+	go r.reap(outR, errR)
 	return nil
 }
 
@@ -80,9 +93,13 @@ func (r *procRunner) Start(context.Context) error {
 // returns without unlocking (a caller's, or UCX's and libfabric's
 // progress loops here): a plugin started from any thread but one that
 // never ends could die with a healthy host (golang/go#27505).
-func startOnForker(cmd *exec.Cmd) error {
+func startOnForker(ctx context.Context, cmd *exec.Cmd) error {
 	done := make(chan error, 1)
-	forker <- forkRequest{cmd, done}
+	select {
+	case forker <- forkRequest{cmd, done}:
+	case <-ctx.Done(): // the forker is busy with a start that hangs (an exec on a stuck mount)
+		return ctx.Err()
+	}
 	return <-done
 }
 
@@ -109,18 +126,25 @@ var forker = func() chan forkRequest {
 // open (held by a process it started) before the host stops reading it.
 const outputHeld = 2 * time.Second
 
-// reap waits for the process, then ends its output for go-plugin.
-func (r *procRunner) reap(outW, errW *io.PipeWriter) {
+// reap waits for the process, then, if go-plugin has not read its
+// output to the end outputHeld later (a process the plugin started holds
+// the pipes, or go-plugin stopped reading), closes the read ends, which
+// ends go-plugin's readers.
+func (r *procRunner) reap(outR, errR *os.File) {
 	err := r.cmd.Wait()
-	if errors.Is(err, exec.ErrWaitDelay) {
-		r.tail.Write([]byte("[kvconnect: the plugin exited, but a process it started kept its stdout/stderr open; stopped reading them]\n"))
-	}
-	outW.Close()
-	errW.Close()
 	r.mu.Lock()
 	r.st, r.waitErr = r.cmd.ProcessState, err
 	r.mu.Unlock()
 	close(r.reaped)
+	t := time.NewTimer(outputHeld)
+	defer t.Stop()
+	select {
+	case <-r.done: // go-plugin read it all and called Wait
+	case <-t.C:
+		r.tail.Write([]byte("[kvconnect: the plugin exited, but its stdout/stderr stayed open (a process it started holds them?); stopped reading them]\n"))
+		outR.Close()
+		errR.Close()
+	}
 }
 
 // Wait is go-plugin's: it calls it once it read the output to its end.
