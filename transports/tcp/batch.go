@@ -29,8 +29,10 @@ type batch struct {
 
 // errGivenUp marks the failures Transfer causes when it gives up on a
 // batch: its chunks taken back from the queues, and the requests of the
-// connections it reset.
-var errGivenUp = errors.New("a batch sharing the connection was given up with requests on it in flight; the connection was reset so that none of them lands later")
+// connections it reset. Other batches' requests on such a connection fail
+// with ErrCanceled (retry them), not ErrPeerUnreachable: the peer is
+// fine, and a caller that saw it unreachable would drop it.
+var errGivenUp = errors.New("the connection was reset because a batch with requests on it was given up (its context ended), so that none of them lands later; retry")
 
 // opState tracks one op split into chunks.
 //
@@ -92,7 +94,9 @@ func (s *opState) settle() {
 		err := s.err
 		// Failures Transfer caused giving up (chunks taken back, or broken
 		// off by the reset of their connection) report why: the context.
-		if b.gaveUp != nil && (errors.Is(err, errGivenUp) || errors.Is(err, plugins.ErrPeerUnreachable)) {
+		// (A chunk being read when its connection was reset reports the
+		// connection's error: conn.brokenBy.)
+		if b.gaveUp != nil && errors.Is(err, errGivenUp) {
 			err = fmt.Errorf("tcp: op %d: %w", s.idx, b.gaveUp)
 		}
 		b.results[s.idx].Err = err
@@ -245,6 +249,7 @@ func giveUp(p *peer, b *batch, chunks []chunk) {
 		}
 		seen[c] = true
 		for _, ch := range c.takeBack(b) {
+			ch.c = nil // not on c any more: no reason to reset it below
 			ch.complete(errGivenUp)
 		}
 	}
@@ -255,7 +260,7 @@ func giveUp(p *peer, b *batch, chunks []chunk) {
 			continue
 		}
 		reset[ch.c] = true
-		ch.c.fail(fmt.Errorf("tcp: connection to peer %s: %w: %w", p.name, errGivenUp, plugins.ErrPeerUnreachable))
+		ch.c.fail(fmt.Errorf("tcp: request to peer %s aborted: %w: %w", p.name, errGivenUp, plugins.ErrCanceled))
 	}
 }
 
@@ -285,7 +290,9 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk, dire
 		}
 		err = fmt.Errorf("tcp: connection to peer %s broke: %w", p.name, plugins.ErrPeerUnreachable)
 	}
-	if err == nil {
+	if err == nil || ctx.Err() != nil {
+		// A dial or redial the caller's context cut short says nothing of
+		// the peer: report the context's end, not the peer unreachable.
 		err = fmt.Errorf("tcp: chunk not sent to peer %s: %w", p.name, plugins.ContextError(ctx.Err()))
 	}
 	ch.complete(err)

@@ -361,6 +361,18 @@ func (c *conn) takeBack(b *batch) (taken []*chunk) {
 	return taken
 }
 
+// brokenBy is why a read or write on c failed: the reason c was failed,
+// when it was (fail sets it before closing the socket, which is what
+// ended the read), else err.
+func (c *conn) brokenBy(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return err
+}
+
 // close breaks the connection and waits for its goroutines.
 func (c *conn) close(err error) {
 	c.fail(err)
@@ -481,7 +493,7 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 	}
 	if ch.op == wire.OpRead {
 		if _, err := c.fr.payload(ch.local); err != nil {
-			err = c.p.brokenErr("receive", err)
+			err = c.brokenBy(c.p.brokenErr("receive", err))
 			ch.complete(err)
 			return true, false, err
 		}

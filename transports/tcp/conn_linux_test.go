@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,5 +239,49 @@ func TestGroupsOfOneWithConcurrentLoneOps(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestGivingUpOneBatchSaysRetryToTheOthers: batches sharing a connection
+// with one that is given up fail with ErrCanceled when that connection is
+// reset, not ErrPeerUnreachable: the peer is fine, and a caller (the
+// connector) that took it for unreachable would drop it and every batch
+// in flight to it.
+func TestGivingUpOneBatchSaysRetryToTheOthers(t *testing.T) {
+	got, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	addr, _ := scriptedTarget(t, func(conn, req int, nc net.Conn, h wire.Header) {
+		once.Do(func() { close(got) })
+		<-release // stalled: answers nothing until the test ends
+	})
+	defer close(release)
+	a := transporttest.NewNode(t, inproc(`{"connections":1,"op_timeout":"10m"}`), "a")
+	src := a.Alloc(t, 1<<20, 0)
+	peer, err := a.T.Connect(context.Background(), plugins.PeerInfo{Name: "stalled", Endpoint: []byte(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := []plugins.Op{{Kind: plugins.OpWrite, LocalRegion: src.ID, RemoteRegion: 1, Length: 64 << 10}}
+	other := make(chan []plugins.OpResult, 1)
+	go func() {
+		res := make([]plugins.OpResult, 1)
+		a.T.Transfer(context.Background(), peer, op, res)
+		other <- res
+	}()
+	<-got // the other batch's request is at the target
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := make([]plugins.OpResult, 1)
+	a.T.Transfer(ctx, peer, op, res) // given up at once: its request may be queued behind, or sent
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	a.T.Transfer(ctx, peer, op, make([]plugins.OpResult, 1)) // given up with its request sent: the connection is reset
+	select {
+	case r := <-other:
+		if !errors.Is(r[0].Err, plugins.ErrCanceled) || errors.Is(r[0].Err, plugins.ErrPeerUnreachable) {
+			t.Fatalf("a batch on a connection reset for another one: %v; want ErrCanceled, not ErrPeerUnreachable", r[0].Err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the other batch still runs 2 minutes after its connection was reset")
 	}
 }
