@@ -250,6 +250,11 @@ func (c *Connector) usable() error {
 // lockRegions takes the region lock, or gives up when ctx ends.
 func (c *Connector) lockRegions(ctx context.Context) error {
 	select {
+	case c.regLock <- struct{}{}: // free: taken, whatever ctx says
+		return nil
+	default:
+	}
+	select {
 	case c.regLock <- struct{}{}:
 		return nil
 	case <-ctx.Done():

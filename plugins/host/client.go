@@ -237,6 +237,9 @@ func (c *grpcClient) registerRegions(ctx context.Context, rs []plugins.Region, b
 			err = fmt.Errorf("plugin %s: register regions: %d keys for %d regions: %w", c.name, len(resp.Keys), len(rs), errdefs.ErrProtocol)
 			c.rpc.DeregisterRegions(context.WithoutCancel(ctx), &proto.DeregisterRegionsRequest{Ids: regionIDs(rs)})
 		} else if err != nil {
+			if ctx.Err() != nil {
+				c.undoGivenUp(ctx, regionIDs(rs)...)
+			}
 			err = c.fromStatus(ctx, "register regions", err)
 		}
 		if err != nil {
@@ -250,6 +253,9 @@ func (c *grpcClient) registerRegions(ctx context.Context, rs []plugins.Region, b
 			if err != nil {
 				for _, done := range reqs[:i] {
 					c.rpc.DeregisterRegion(context.WithoutCancel(ctx), &proto.DeregisterRegionRequest{Id: done.Id})
+				}
+				if ctx.Err() != nil {
+					c.undoGivenUp(ctx, req.Id)
 				}
 				undo()
 				return nil, c.fromStatus(ctx, "register region", err)
@@ -265,6 +271,22 @@ func (c *grpcClient) registerRegions(ctx context.Context, rs []plugins.Region, b
 	}
 	c.viewMu.Unlock()
 	return keys, nil
+}
+
+// undoGivenUp deregisters, best effort, regions whose registration call
+// ended with its ctx: the plugin may have finished it just as the call
+// gave up (it undoes the ones that finish later itself). Unknown ids are
+// fine.
+func (c *grpcClient) undoGivenUp(ctx context.Context, ids ...uint64) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if c.features.Load()&pluginrpc.FeatureBatchRegister != 0 {
+		c.rpc.DeregisterRegions(uctx, &proto.DeregisterRegionsRequest{Ids: ids})
+		return
+	}
+	for _, id := range ids {
+		c.rpc.DeregisterRegion(uctx, &proto.DeregisterRegionRequest{Id: id})
+	}
 }
 
 func regionIDs(rs []plugins.Region) []uint64 {
