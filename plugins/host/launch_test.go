@@ -34,6 +34,7 @@ func TestLaunchTCPPluginAndClose(t *testing.T) {
 	isolate(t)
 	bin := build(t, "./cmd/kvconnect-transport-tcp", "kvconnect-transport-tcp")
 	t.Setenv(EnvPluginDir, "")
+	fds := openFDs(t)
 	// Found by name in plugin_dir, as the connector does it.
 	p, err := Launch(t.Context(), LaunchConfig{Name: "tcp", PluginDir: filepath.Dir(bin), Logger: zaptest.NewLogger(t)})
 	if err != nil {
@@ -68,6 +69,9 @@ func TestLaunchTCPPluginAndClose(t *testing.T) {
 	}
 	if _, err := os.Stat(socketDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket dir %s still there after Close: %v", socketDir, err)
+	}
+	if n := openFDs(t); n != fds {
+		t.Errorf("%d descriptors open after Close, %d before Launch", n, fds)
 	}
 	if err := p.Close(t.Context()); err != nil {
 		t.Errorf("second Close: %v", err)
@@ -471,6 +475,16 @@ func TestRegistrationTheHostGaveUpOnDoesNotStay(t *testing.T) {
 			t.Fatalf("registering the id again after the call the host gave up on: %v", err)
 		}
 	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 func launchFake(t *testing.T, env ...string) *Plugin {

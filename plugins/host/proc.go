@@ -40,6 +40,9 @@ type procRunner struct {
 	canceled  bool
 	st        *os.ProcessState
 	waitErr   error
+	outR      *os.File    // the output's read ends, once reaped
+	errR      *os.File
+	cutOutput *time.Timer // closes them if go-plugin does not finish reading
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -126,32 +129,34 @@ var forker = func() chan forkRequest {
 // open (held by a process it started) before the host stops reading it.
 const outputHeld = 2 * time.Second
 
-// reap waits for the process, then, if go-plugin has not read its
-// output to the end outputHeld later (a process the plugin started holds
-// the pipes, or go-plugin stopped reading), closes the read ends, which
-// ends go-plugin's readers.
+// reap waits for the process, and arms what closes the output's read
+// ends outputHeld later if go-plugin has not read them to their end by
+// then (a process the plugin started holds the pipes, or go-plugin
+// stopped reading): that ends go-plugin's readers, which then call Wait.
 func (r *procRunner) reap(outR, errR *os.File) {
 	err := r.cmd.Wait()
 	r.mu.Lock()
 	r.st, r.waitErr = r.cmd.ProcessState, err
-	r.mu.Unlock()
-	close(r.reaped)
-	t := time.NewTimer(outputHeld)
-	defer t.Stop()
-	select {
-	case <-r.done: // go-plugin read it all and called Wait
-	case <-t.C:
+	r.outR, r.errR = outR, errR
+	r.cutOutput = time.AfterFunc(outputHeld, func() {
 		r.tail.Write([]byte("[kvconnect: the plugin exited, but its stdout/stderr stayed open (a process it started holds them?); stopped reading them]\n"))
 		outR.Close()
 		errR.Close()
-	}
+	})
+	r.mu.Unlock()
+	close(r.reaped)
 }
 
 // Wait is go-plugin's: it calls it once it read the output to its end.
+// Our read ends are closed here (exec closes only pipes it made), before
+// go-plugin's Kill, and so the host's Close, returns.
 func (r *procRunner) Wait(context.Context) error {
 	<-r.reaped
 	r.mu.Lock()
 	err := r.waitErr
+	r.cutOutput.Stop()
+	r.outR.Close()
+	r.errR.Close()
 	r.mu.Unlock()
 	close(r.done)
 	return err
