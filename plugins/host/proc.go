@@ -40,7 +40,7 @@ type procRunner struct {
 	canceled  bool
 	st        *os.ProcessState
 	waitErr   error
-	outR      *os.File    // the output's read ends, once reaped
+	outR      *os.File // the output's read ends, once reaped
 	errR      *os.File
 	cutOutput *time.Timer // closes them if go-plugin does not finish reading
 }
