@@ -400,22 +400,79 @@ func (rc *ringClient) deadError() error {
 	return rc.deadErr
 }
 
+// givenUpWait bounds how long a batch whose context ended waits for the
+// plugin to report it ended (var: tests shorten it). The plugin is told
+// at once (a cancellation on the ring; the batch's deadline is its own
+// too); a transport gives up promptly (tcp resets the connections
+// holding the batch's requests, so none of its WRITEs lands later), and
+// Transfer returning after that report is what lets a caller reuse the
+// memory and trust that a failed WRITE stays failed. A plugin that does
+// not report within givenUpWait (stopped, wedged, or a transport that
+// waits for ops in flight, as ucx does up to its op_timeout) leaves the
+// batch behind: Transfer returns, and the batch is freed when its
+// completion comes.
+var givenUpWait = 5 * time.Second
+
 // wait waits for b's completion, polling the CQ itself when no one else
-// does.
+// does. When ctx ends first, the plugin is asked to cancel b and wait
+// waits up to givenUpWait more for it to report: ops that failed then
+// carry ctx's error, ops the plugin completed stay completed.
 func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
+	if err, ok := rc.waitDone(ctx, b); ok {
+		return err
+	}
+	rc.push(ctx, ring.Sub{Op: ring.OpCancel, ID: b.id}, false)
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), givenUpWait)
+	defer cancel()
+	results := b.results
+	err, ok := rc.waitDone(grace, b)
+	if !ok {
+		var gaveUp bool
+		if err, gaveUp = rc.giveUp(ctx, b); gaveUp {
+			rc.log.Warn("the plugin did not report a batch whose context ended; Transfer returns without it, and a WRITE of it may still land",
+				zap.String("plugin", rc.name), zap.Duration("waited", givenUpWait), zap.Error(err))
+			return err
+		}
+		err, _ = rc.waitDone(grace, b) // it completed as the wait ended
+	}
+	if rc.deadError() != nil {
+		return err
+	}
+	cerr := fmt.Errorf("plugin %s: transfer: %w", rc.name, errdefs.FromContext(ctx.Err()))
+	failed := err != nil
+	for i := range results {
+		if results[i].Err != nil {
+			results[i].Err, failed = cerr, true
+		}
+	}
+	if failed {
+		return cerr
+	}
+	return nil
+}
+
+// waitDone waits for b's completion until ctx ends, polling the CQ when
+// no one else does. ok: b completed (err is its outcome) or the ring
+// stopped (err says why, and b's results carry it); not ok: ctx ended
+// first, and b is still pending.
+func (rc *ringClient) waitDone(ctx context.Context, b *ringBatch) (err error, ok bool) {
 	for {
 		rc.mu.Lock()
 		if b.done {
 			err := b.err
 			rc.mu.Unlock()
-			return err
+			return err, true
 		}
 		if rc.deadErr != nil {
 			err, results := rc.deadErr, b.results
 			rc.dropLocked(b)
 			rc.mu.Unlock()
 			plugins.FillResults(results, err)
-			return err
+			return err, true
+		}
+		if ctx.Err() != nil {
+			rc.mu.Unlock()
+			return nil, false
 		}
 		if !rc.polling {
 			rc.polling = true
@@ -425,11 +482,6 @@ func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
 			rc.polling = false
 			rc.handoffLocked(b)
 			rc.mu.Unlock()
-			if ctx.Err() != nil {
-				if err, gaveUp := rc.giveUp(ctx, b); gaveUp {
-					return err
-				}
-			}
 			continue
 		}
 		rc.mu.Unlock()
@@ -437,29 +489,25 @@ func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
 		case <-b.wake:
 		case <-rc.dead:
 		case <-ctx.Done():
-			if err, gaveUp := rc.giveUp(ctx, b); gaveUp {
-				return err
-			}
 		}
 	}
 }
 
-// giveUp ends the wait of a batch whose context ended: unless it just
-// completed, it becomes a zombie (freed when its completion comes), the
-// plugin is asked to cancel it, and its results carry the context's
-// error.
+// giveUp ends the wait of a batch whose context ended and whose plugin
+// did not report it within givenUpWait: unless it just completed, it
+// becomes a zombie (freed when its completion comes), and its results
+// carry the context's error.
 func (rc *ringClient) giveUp(ctx context.Context, b *ringBatch) (error, bool) {
 	rc.mu.Lock()
 	if b.done || rc.deadErr != nil {
 		rc.mu.Unlock()
-		return nil, false // the loop returns its outcome
+		return nil, false // the caller returns its outcome
 	}
 	results := b.results
 	b.results = nil
 	rc.live--
 	rc.handoffLocked(nil)
 	rc.mu.Unlock()
-	rc.push(ctx, ring.Sub{Op: ring.OpCancel, ID: b.id}, false)
 	err := fmt.Errorf("plugin %s: transfer: %w", rc.name, errdefs.FromContext(ctx.Err()))
 	plugins.FillResults(results, err)
 	return err, true

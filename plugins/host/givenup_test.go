@@ -1,0 +1,134 @@
+//go:build linux
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/testbin"
+	"github.com/kvconnect/kvconnect/plugins"
+)
+
+// lingeringTransport is a memTransport whose Transfer, once its context
+// ended, reports that on ended and returns only when let is closed (a
+// transport taking back what it sent: tcp resetting its connections).
+// Its first op then completes and its second fails.
+type lingeringTransport struct {
+	memTransport
+	running  atomic.Int32
+	ended    chan struct{}
+	let      chan struct{}
+	returned atomic.Bool
+}
+
+func (l *lingeringTransport) Transfer(ctx context.Context, _ plugins.PeerID, _ []plugins.Op, res []plugins.OpResult) error {
+	l.running.Add(1)
+	<-ctx.Done()
+	l.ended <- struct{}{}
+	<-l.let
+	plugins.FillResults(res, nil)
+	err := fmt.Errorf("lingering: %w", plugins.ContextError(ctx.Err()))
+	res[1].Err = err
+	l.returned.Store(true)
+	return err
+}
+
+// TestRingTransferWaitsForTheGivenUpBatch: a batch whose context ends
+// returns only once the plugin's Transfer returned (so that what the
+// transport does on giving up, such as resetting a connection a WRITE is
+// on, is done when the caller hears the WRITE failed), with the caller's
+// context error on the ops that failed and the completed op kept.
+func TestRingTransferWaitsForTheGivenUpBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, errdefs.ErrCanceled},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 100*time.Millisecond)
+		}, errdefs.ErrTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
+			m := inMemoryRing(t, lt)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			res := make([]plugins.OpResult, 2)
+			done := make(chan error, 1)
+			go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
+			for lt.running.Load() == 0 {
+				runtime.Gosched()
+			}
+			if tc.name == "cancel" {
+				cancel()
+			}
+			<-lt.ended
+			// The plugin holds the batch: the host must not return. A host
+			// that returns at its context's end does so at once; give it a
+			// moment to show (no duration is asserted).
+			select {
+			case err := <-done:
+				t.Fatalf("Transfer returned (%v) while the plugin still held the batch", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			close(lt.let)
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(testbin.WaitLimit):
+				t.Fatal("Transfer still running after the plugin returned")
+			}
+			if !lt.returned.Load() {
+				t.Fatal("Transfer returned before the plugin's Transfer")
+			}
+			if !errors.Is(err, tc.want) || res[0].Err != nil || !errors.Is(res[1].Err, tc.want) {
+				t.Errorf("%v / %v / %v, want %v, the first op done", err, res[0].Err, res[1].Err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRingGivenUpBatchOfAPluginThatDoesNotReport: a plugin that does not
+// report a batch whose context ended (wedged) holds its caller at most
+// givenUpWait; the batch's area comes back when the plugin reports it
+// after all, and the ring keeps working.
+func TestRingGivenUpBatchOfAPluginThatDoesNotReport(t *testing.T) {
+	defer func(old time.Duration) { givenUpWait = old }(givenUpWait)
+	givenUpWait = 50 * time.Millisecond
+	lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
+	m := inMemoryRing(t, lt)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make([]plugins.OpResult, 2)
+	done := make(chan error, 1)
+	go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
+	for lt.running.Load() == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errdefs.ErrCanceled) || !errors.Is(res[0].Err, errdefs.ErrCanceled) {
+			t.Fatalf("%v / %v, want ErrCanceled on every op", err, res[0].Err)
+		}
+	case <-time.After(testbin.WaitLimit):
+		t.Fatal("Transfer held past givenUpWait by a plugin that does not report")
+	}
+	if lt.returned.Load() {
+		t.Fatal("the plugin returned: the test shows nothing")
+	}
+	close(lt.let)
+	testbin.Eventually(t, "the given-up batch to be reaped", func() bool {
+		rc := m.ring.Load()
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return len(rc.pending) == 0 && !rc.reaping
+	})
+}
