@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvconnect/kvconnect/connector"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins/transporttest"
 )
@@ -25,17 +26,26 @@ import (
 //
 // Both ways a WRITE times out: the transport's op_timeout (the connection
 // made no progress), and the batch's own deadline (transfer_timeout, here
-// shorter than op_timeout: the transport gives up on the batch).
+// shorter than op_timeout: the transport gives up on the batch, and the
+// host waits for the plugin to have done so, through the shared-memory
+// ring or, with rings off, over gRPC).
 func TestTimedOutWriteDoesNotLandLater(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		transfer time.Duration
 		op       string
+		ringsOff bool
 	}{
-		{"op_timeout", 10 * time.Second, "1s"},
-		{"transfer_timeout", time.Second, "60s"},
+		{"op_timeout", 10 * time.Second, "1s", false},
+		{"transfer_timeout", time.Second, "60s", false},
+		{"transfer_timeout_over_grpc", time.Second, "60s", true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { timedOutWriteDoesNotLandLater(t, tc.transfer, tc.op) })
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.ringsOff {
+				t.Setenv(pluginrpc.EnvRings, "0")
+			}
+			timedOutWriteDoesNotLandLater(t, tc.transfer, tc.op)
+		})
 	}
 }
 

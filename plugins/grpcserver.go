@@ -43,7 +43,9 @@ type grpcServer struct {
 	viewOf  map[RegionID]*fileView    // regions of views
 	pending map[uint64]chan struct{}  // tokens being mapped: later users wait
 	ring    *ringServer               // the data path's ring, once OpenRing set it up
-	closed  bool                      // Close or shutdown stopped the ring: no new one
+	// transfers are the Transfer calls CancelTransfer can end.
+	transfers transferCalls
+	closed    bool // Close or shutdown stopped the ring: no new one
 
 	// unmapped is set once Close or shutdown begins unmapping region
 	// memory; registrations then fail with ErrClosed. registering counts
@@ -81,9 +83,9 @@ func newServer(t Transport, log *zap.Logger, fds *pluginrpc.FDReceiver) *grpcSer
 // features are the protocol features this SDK implements.
 func (s *grpcServer) features() uint32 {
 	if s.fds == nil {
-		return 0
+		return pluginrpc.FeatureCancelTransfer
 	}
-	f := pluginrpc.FeatureFileViews | pluginrpc.FeatureViewOffset | pluginrpc.FeatureBatchRegister
+	f := pluginrpc.FeatureFileViews | pluginrpc.FeatureViewOffset | pluginrpc.FeatureBatchRegister | pluginrpc.FeatureCancelTransfer
 	if ring.Supported {
 		f |= pluginrpc.FeatureRings | pluginrpc.FeatureDoorbell
 	}
@@ -424,6 +426,13 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 		ops[i] = opFromWire(pluginrpc.DecodeOp(req.Ops, i))
 	}
 	results := make([]OpResult, len(ops))
+	if req.Id != 0 || req.TimeoutNs > 0 {
+		var end context.CancelFunc
+		if ctx, end, err = s.transfers.start(ctx, req.Id, req.TimeoutNs); err != nil {
+			return nil, pluginrpc.ToStatus(err)
+		}
+		defer end()
+	}
 	err = s.impl.Transfer(ctx, PeerID(req.Peer), ops, results)
 	resp := &proto.TransferResponse{BatchError: pluginrpc.Detail(err)}
 	for i, r := range results {
@@ -432,6 +441,10 @@ func (s *grpcServer) Transfer(ctx context.Context, req *proto.TransferRequest) (
 		}
 	}
 	return resp, nil
+}
+
+func (s *grpcServer) CancelTransfer(_ context.Context, req *proto.CancelTransferRequest) (*proto.CancelTransferResponse, error) {
+	return &proto.CancelTransferResponse{Found: s.transfers.cancel(req.Id)}, nil
 }
 
 func (s *grpcServer) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {

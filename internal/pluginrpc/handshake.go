@@ -131,6 +131,11 @@ const FeatureBatchRegister uint32 = 1 << 3
 // while batches come concurrently (internal/ring.Doorbell).
 const FeatureDoorbell uint32 = 1 << 4
 
+// FeatureCancelTransfer: the plugin ends a batch at TransferRequest's
+// timeout_ns and on CancelTransfer naming its id, and answers the
+// Transfer call then.
+const FeatureCancelTransfer uint32 = 1 << 5
+
 // EnvRings turns the shared-memory data path off when set to 0 (the
 // host then calls Transfer for every batch); docs/DATAPATH.md.
 const EnvRings = "KVCONNECT_PLUGIN_RINGS"

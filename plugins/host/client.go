@@ -51,6 +51,8 @@ type grpcClient struct {
 	// features are the protocol features the plugin's SDK reported in
 	// Info (pluginrpc.Feature*).
 	features atomic.Uint32
+	// transferIDs numbers the Transfer calls CancelTransfer may name.
+	transferIDs atomic.Uint64
 
 	// File views (pluginrpc.FeatureFileViews): every distinct file (a slab
 	// of small regions, a caller's file) crosses the fd channel once and
@@ -463,16 +465,32 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 	for i := range ops {
 		packed = pluginrpc.AppendOp(packed, opToWire(&ops[i]))
 	}
-	resp, err := c.rpc.Transfer(ctx, &proto.TransferRequest{Peer: uint64(peer), Ops: packed})
+	req := &proto.TransferRequest{Peer: uint64(peer), Ops: packed}
+	var resp *proto.TransferResponse
+	var err error
+	if c.features.Load()&pluginrpc.FeatureCancelTransfer != 0 {
+		resp, err = c.cancelableTransfer(ctx, req)
+	} else {
+		resp, err = c.rpc.Transfer(ctx, req)
+	}
 	if err != nil {
 		err = c.fromStatus(ctx, "transfer", err)
 		plugins.FillResults(results, err)
 		return err
 	}
+	err = c.transferResults(resp, results)
+	if ctx.Err() != nil {
+		return givenUp(c.name, ctx, results, err)
+	}
+	return err
+}
+
+// transferResults applies a Transfer answer to results.
+func (c *grpcClient) transferResults(resp *proto.TransferResponse, results []plugins.OpResult) error {
 	plugins.FillResults(results, nil)
 	for _, e := range resp.Errors {
 		if int(e.Index) >= len(results) {
-			err := fmt.Errorf("plugin %s: answered an error for op %d of %d: %w", c.name, e.Index, len(ops), errdefs.ErrProtocol)
+			err := fmt.Errorf("plugin %s: answered an error for op %d of %d: %w", c.name, e.Index, len(results), errdefs.ErrProtocol)
 			plugins.FillResults(results, err)
 			return err
 		}
@@ -483,6 +501,55 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 		results[e.Index].Err = errdefs.Remote(e.Message, kinds...)
 	}
 	return pluginrpc.FromDetail(resp.BatchError)
+}
+
+// cancelableTransfer runs a Transfer call that outlives ctx: the plugin
+// gets ctx's deadline as the batch's (timeout_ns), and when ctx ends the
+// host asks the plugin to cancel the batch (CancelTransfer) and waits
+// for the answer up to givenUpWait, then cancels the call. So a batch
+// given up on returns once the transport is done with it, as through the
+// ring.
+func (c *grpcClient) cancelableTransfer(ctx context.Context, req *proto.TransferRequest) (*proto.TransferResponse, error) {
+	req.Id = c.transferIDs.Add(1)
+	if dl, ok := ctx.Deadline(); ok {
+		req.TimeoutNs = max(int64(time.Until(dl)), 1)
+	}
+	call, endCall := context.WithCancel(context.WithoutCancel(ctx))
+	defer endCall()
+	stop := context.AfterFunc(ctx, func() {
+		grace := time.AfterFunc(givenUpWait, func() {
+			if call.Err() == nil {
+				c.logger().Warn("the plugin did not answer a batch whose context ended; Transfer returns without it, and a WRITE of it may still land",
+					zap.Duration("waited", givenUpWait))
+				endCall()
+			}
+		})
+		context.AfterFunc(call, func() { grace.Stop() })
+		c.cancelTransfer(call, req.Id)
+	})
+	defer stop()
+	return c.rpc.Transfer(call, req)
+}
+
+// cancelTransfer asks the plugin to cancel batch id until it finds it
+// running or the call ends: a CancelTransfer can overtake the Transfer
+// call it names (another stream), and then finds nothing. Each retry
+// waits longer, up to 10 ms; the call ends at the latest givenUpWait
+// after ctx did.
+func (c *grpcClient) cancelTransfer(call context.Context, id uint64) {
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		resp, err := c.rpc.CancelTransfer(call, &proto.CancelTransferRequest{Id: id})
+		if err != nil || resp.Found {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-call.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Close closes the transport, then the ring: batches the transport

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/kvconnect/kvconnect/errdefs"
+	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/testbin"
 	"github.com/kvconnect/kvconnect/plugins"
 )
@@ -40,12 +43,44 @@ func (l *lingeringTransport) Transfer(ctx context.Context, _ plugins.PeerID, _ [
 	return err
 }
 
-// TestRingTransferWaitsForTheGivenUpBatch: a batch whose context ends
+// inMemoryOver is an in-memory plugin whose batches go through path:
+// "ring", or "grpc" (Transfer calls: rings off).
+func inMemoryOver(t *testing.T, path string, tr plugins.Transport) *inMemory {
+	t.Helper()
+	if path == "ring" {
+		return inMemoryRing(t, tr)
+	}
+	t.Setenv(pluginrpc.EnvRings, "0")
+	p, err := InMemory(tr, "givenup", zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	m := p.(*inMemory)
+	if _, err := m.Init(context.Background(), plugins.InitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if m.ring.Load() != nil {
+		t.Fatal("a ring although rings are off")
+	}
+	return m
+}
+
+var paths = []string{"ring", "grpc"}
+
+// TestTransferWaitsForTheGivenUpBatch: a batch whose context ends
 // returns only once the plugin's Transfer returned (so that what the
 // transport does on giving up, such as resetting a connection a WRITE is
 // on, is done when the caller hears the WRITE failed), with the caller's
-// context error on the ops that failed and the completed op kept.
-func TestRingTransferWaitsForTheGivenUpBatch(t *testing.T) {
+// context error on the ops that failed and the completed op kept. Through
+// the ring and through Transfer calls.
+func TestTransferWaitsForTheGivenUpBatch(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path, func(t *testing.T) { transferWaitsForTheGivenUpBatch(t, path) })
+	}
+}
+
+func transferWaitsForTheGivenUpBatch(t *testing.T, path string) {
 	for _, tc := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
@@ -58,7 +93,7 @@ func TestRingTransferWaitsForTheGivenUpBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
-			m := inMemoryRing(t, lt)
+			m := inMemoryOver(t, path, lt)
 			ctx, cancel := tc.ctx()
 			defer cancel()
 			res := make([]plugins.OpResult, 2)
@@ -96,15 +131,21 @@ func TestRingTransferWaitsForTheGivenUpBatch(t *testing.T) {
 	}
 }
 
-// TestRingGivenUpBatchOfAPluginThatDoesNotReport: a plugin that does not
+// TestGivenUpBatchOfAPluginThatDoesNotReport: a plugin that does not
 // report a batch whose context ended (wedged) holds its caller at most
-// givenUpWait; the batch's area comes back when the plugin reports it
-// after all, and the ring keeps working.
-func TestRingGivenUpBatchOfAPluginThatDoesNotReport(t *testing.T) {
+// givenUpWait; through the ring, the batch's area comes back when the
+// plugin reports it after all.
+func TestGivenUpBatchOfAPluginThatDoesNotReport(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path, func(t *testing.T) { givenUpBatchOfAPluginThatDoesNotReport(t, path) })
+	}
+}
+
+func givenUpBatchOfAPluginThatDoesNotReport(t *testing.T, path string) {
 	defer func(old time.Duration) { givenUpWait = old }(givenUpWait)
 	givenUpWait = 50 * time.Millisecond
 	lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
-	m := inMemoryRing(t, lt)
+	m := inMemoryOver(t, path, lt)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make([]plugins.OpResult, 2)
 	done := make(chan error, 1)
@@ -125,10 +166,48 @@ func TestRingGivenUpBatchOfAPluginThatDoesNotReport(t *testing.T) {
 		t.Fatal("the plugin returned: the test shows nothing")
 	}
 	close(lt.let)
+	if path != "ring" {
+		return
+	}
 	testbin.Eventually(t, "the given-up batch to be reaped", func() bool {
 		rc := m.ring.Load()
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		return len(rc.pending) == 0 && !rc.reaping
 	})
+}
+
+// TestBatchGivenUpAtOnce: a caller that gives up right after submitting
+// (its cancellation may reach the plugin before the batch does: over
+// gRPC, CancelTransfer travels on another stream than the Transfer call)
+// still has its batch canceled in the plugin (or refused before it ran),
+// and gets the answer well before givenUpWait (here 10 minutes).
+func TestBatchGivenUpAtOnce(t *testing.T) {
+	defer func(old time.Duration) { givenUpWait = old }(givenUpWait)
+	givenUpWait = 10 * time.Minute
+	for _, path := range paths {
+		t.Run(path, func(t *testing.T) {
+			lt := &lingeringTransport{ended: make(chan struct{}, 64), let: make(chan struct{})}
+			close(lt.let)
+			m := inMemoryOver(t, path, lt)
+			for i := range 50 {
+				ctx, cancel := context.WithCancel(context.Background())
+				res := make([]plugins.OpResult, 2)
+				done := make(chan error, 1)
+				go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
+				cancel()
+				select {
+				case err := <-done:
+					if !errors.Is(err, errdefs.ErrCanceled) {
+						t.Fatalf("batch %d: %v, want ErrCanceled", i, err)
+					}
+				case <-time.After(testbin.WaitLimit):
+					t.Fatalf("batch %d: the cancellation never reached the plugin", i)
+				}
+			}
+			if lt.running.Load() == 0 {
+				t.Log("the plugin ran none of the batches: the test showed nothing")
+			}
+		})
+	}
 }

@@ -400,19 +400,6 @@ func (rc *ringClient) deadError() error {
 	return rc.deadErr
 }
 
-// givenUpWait bounds how long a batch whose context ended waits for the
-// plugin to report it ended (var: tests shorten it). The plugin is told
-// at once (a cancellation on the ring; the batch's deadline is its own
-// too); a transport gives up promptly (tcp resets the connections
-// holding the batch's requests, so none of its WRITEs lands later), and
-// Transfer returning after that report is what lets a caller reuse the
-// memory and trust that a failed WRITE stays failed. A plugin that does
-// not report within givenUpWait (stopped, wedged, or a transport that
-// waits for ops in flight, as ucx does up to its op_timeout) leaves the
-// batch behind: Transfer returns, and the batch is freed when its
-// completion comes.
-var givenUpWait = 5 * time.Second
-
 // wait waits for b's completion, polling the CQ itself when no one else
 // does. When ctx ends first, the plugin is asked to cancel b and wait
 // waits up to givenUpWait more for it to report: ops that failed then
@@ -438,17 +425,7 @@ func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
 	if rc.deadError() != nil {
 		return err
 	}
-	cerr := fmt.Errorf("plugin %s: transfer: %w", rc.name, errdefs.FromContext(ctx.Err()))
-	failed := err != nil
-	for i := range results {
-		if results[i].Err != nil {
-			results[i].Err, failed = cerr, true
-		}
-	}
-	if failed {
-		return cerr
-	}
-	return nil
+	return givenUp(rc.name, ctx, results, err)
 }
 
 // waitDone waits for b's completion until ctx ends, polling the CQ when

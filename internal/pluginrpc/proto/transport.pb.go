@@ -950,7 +950,14 @@ type TransferRequest struct {
 	// The ops, packed: 41 bytes each, little-endian: kind u8, local_region
 	// u64, local_offset u64, remote_region u64, remote_offset u64, length
 	// u64. Packing keeps a batch's cost independent of its op count.
-	Ops           []byte `protobuf:"bytes,2,opt,name=ops,proto3" json:"ops,omitempty"`
+	Ops []byte `protobuf:"bytes,2,opt,name=ops,proto3" json:"ops,omitempty"`
+	// Set by a host that may cancel the batch with CancelTransfer
+	// (features bit 5): unique among its batches in flight (0: none).
+	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// The caller's time left for the batch, in nanoseconds (0: no
+	// deadline): the plugin ends the batch then. The call's own deadline
+	// is later, so its answer, saying how each op ended, still arrives.
+	TimeoutNs     int64 `protobuf:"varint,4,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -999,6 +1006,108 @@ func (x *TransferRequest) GetOps() []byte {
 	return nil
 }
 
+func (x *TransferRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetTimeoutNs() int64 {
+	if x != nil {
+		return x.TimeoutNs
+	}
+	return 0
+}
+
+type CancelTransferRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTransferRequest) Reset() {
+	*x = CancelTransferRequest{}
+	mi := &file_transport_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTransferRequest) ProtoMessage() {}
+
+func (x *CancelTransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTransferRequest.ProtoReflect.Descriptor instead.
+func (*CancelTransferRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CancelTransferRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type CancelTransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTransferResponse) Reset() {
+	*x = CancelTransferResponse{}
+	mi := &file_transport_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTransferResponse) ProtoMessage() {}
+
+func (x *CancelTransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTransferResponse.ProtoReflect.Descriptor instead.
+func (*CancelTransferResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CancelTransferResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
 // OpError is the failure of one op.
 type OpError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1014,7 +1123,7 @@ type OpError struct {
 
 func (x *OpError) Reset() {
 	*x = OpError{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1135,7 @@ func (x *OpError) String() string {
 func (*OpError) ProtoMessage() {}
 
 func (x *OpError) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1148,7 @@ func (x *OpError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpError.ProtoReflect.Descriptor instead.
 func (*OpError) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpError) GetIndex() uint32 {
@@ -1082,7 +1191,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1203,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1216,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_transport_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferResponse) GetErrors() []*OpError {
@@ -1133,7 +1242,7 @@ type ReleaseFileRequest struct {
 
 func (x *ReleaseFileRequest) Reset() {
 	*x = ReleaseFileRequest{}
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1254,7 @@ func (x *ReleaseFileRequest) String() string {
 func (*ReleaseFileRequest) ProtoMessage() {}
 
 func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[20]
+	mi := &file_transport_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1267,7 @@ func (x *ReleaseFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseFileRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseFileRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{20}
+	return file_transport_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseFileRequest) GetFdToken() uint64 {
@@ -1176,7 +1285,7 @@ type ReleaseFileResponse struct {
 
 func (x *ReleaseFileResponse) Reset() {
 	*x = ReleaseFileResponse{}
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1297,7 @@ func (x *ReleaseFileResponse) String() string {
 func (*ReleaseFileResponse) ProtoMessage() {}
 
 func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[21]
+	mi := &file_transport_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1310,7 @@ func (x *ReleaseFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseFileResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseFileResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{21}
+	return file_transport_proto_rawDescGZIP(), []int{23}
 }
 
 type OpenRingRequest struct {
@@ -1229,7 +1338,7 @@ type OpenRingRequest struct {
 
 func (x *OpenRingRequest) Reset() {
 	*x = OpenRingRequest{}
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1350,7 @@ func (x *OpenRingRequest) String() string {
 func (*OpenRingRequest) ProtoMessage() {}
 
 func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1363,7 @@ func (x *OpenRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRingRequest.ProtoReflect.Descriptor instead.
 func (*OpenRingRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{22}
+	return file_transport_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenRingRequest) GetFdToken() uint64 {
@@ -1321,7 +1430,7 @@ type OpenRingResponse struct {
 
 func (x *OpenRingResponse) Reset() {
 	*x = OpenRingResponse{}
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1442,7 @@ func (x *OpenRingResponse) String() string {
 func (*OpenRingResponse) ProtoMessage() {}
 
 func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1455,7 @@ func (x *OpenRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRingResponse.ProtoReflect.Descriptor instead.
 func (*OpenRingResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{23}
+	return file_transport_proto_rawDescGZIP(), []int{25}
 }
 
 type CloseRequest struct {
@@ -1357,7 +1466,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1478,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1491,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{24}
+	return file_transport_proto_rawDescGZIP(), []int{26}
 }
 
 type CloseResponse struct {
@@ -1393,7 +1502,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1514,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1527,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{25}
+	return file_transport_proto_rawDescGZIP(), []int{27}
 }
 
 // ErrorDetail travels in gRPC status details so the host can rebuild
@@ -1437,7 +1546,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1558,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1571,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{26}
+	return file_transport_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1512,7 +1621,7 @@ type InitFailure struct {
 
 func (x *InitFailure) Reset() {
 	*x = InitFailure{}
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1633,7 @@ func (x *InitFailure) String() string {
 func (*InitFailure) ProtoMessage() {}
 
 func (x *InitFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1646,7 @@ func (x *InitFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitFailure.ProtoReflect.Descriptor instead.
 func (*InitFailure) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{27}
+	return file_transport_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InitFailure) GetTransport() string {
@@ -1604,7 +1713,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_transport_proto_msgTypes[28]
+	mi := &file_transport_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1725,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[28]
+	mi := &file_transport_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1738,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{28}
+	return file_transport_proto_rawDescGZIP(), []int{30}
 }
 
 // ServedCount is the requests served with one op kind and result.
@@ -1647,7 +1756,7 @@ type ServedCount struct {
 
 func (x *ServedCount) Reset() {
 	*x = ServedCount{}
-	mi := &file_transport_proto_msgTypes[29]
+	mi := &file_transport_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1768,7 @@ func (x *ServedCount) String() string {
 func (*ServedCount) ProtoMessage() {}
 
 func (x *ServedCount) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[29]
+	mi := &file_transport_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1781,7 @@ func (x *ServedCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServedCount.ProtoReflect.Descriptor instead.
 func (*ServedCount) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{29}
+	return file_transport_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ServedCount) GetOp() uint32 {
@@ -1715,7 +1824,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_transport_proto_msgTypes[30]
+	mi := &file_transport_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1836,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[30]
+	mi := &file_transport_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1849,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{30}
+	return file_transport_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RefusalCount) GetReason() string {
@@ -1768,7 +1877,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_transport_proto_msgTypes[31]
+	mi := &file_transport_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1889,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[31]
+	mi := &file_transport_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1902,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{31}
+	return file_transport_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatsResponse) GetServed() []*ServedCount {
@@ -1825,7 +1934,7 @@ type RingStatsRequest struct {
 
 func (x *RingStatsRequest) Reset() {
 	*x = RingStatsRequest{}
-	mi := &file_transport_proto_msgTypes[32]
+	mi := &file_transport_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1946,7 @@ func (x *RingStatsRequest) String() string {
 func (*RingStatsRequest) ProtoMessage() {}
 
 func (x *RingStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[32]
+	mi := &file_transport_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1959,7 @@ func (x *RingStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingStatsRequest.ProtoReflect.Descriptor instead.
 func (*RingStatsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{32}
+	return file_transport_proto_rawDescGZIP(), []int{34}
 }
 
 // RingStatsResponse counts the batches the plugin took from the ring's
@@ -1871,7 +1980,7 @@ type RingStatsResponse struct {
 
 func (x *RingStatsResponse) Reset() {
 	*x = RingStatsResponse{}
-	mi := &file_transport_proto_msgTypes[33]
+	mi := &file_transport_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1992,7 @@ func (x *RingStatsResponse) String() string {
 func (*RingStatsResponse) ProtoMessage() {}
 
 func (x *RingStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[33]
+	mi := &file_transport_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2005,7 @@ func (x *RingStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingStatsResponse.ProtoReflect.Descriptor instead.
 func (*RingStatsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{33}
+	return file_transport_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RingStatsResponse) GetClaimedBySpinner() uint64 {
@@ -1980,10 +2089,17 @@ const file_transport_proto_rawDesc = "" +
 	"\x04peer\x18\x01 \x01(\x04R\x04peer\"'\n" +
 	"\x11DisconnectRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\x04R\x04peer\"\x14\n" +
-	"\x12DisconnectResponse\"7\n" +
+	"\x12DisconnectResponse\"f\n" +
 	"\x0fTransferRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\x04R\x04peer\x12\x10\n" +
-	"\x03ops\x18\x02 \x01(\fR\x03ops\"c\n" +
+	"\x03ops\x18\x02 \x01(\fR\x03ops\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ns\x18\x04 \x01(\x03R\ttimeoutNs\"'\n" +
+	"\x15CancelTransferRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\".\n" +
+	"\x16CancelTransferResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"c\n" +
 	"\aOpError\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -2044,8 +2160,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x11RingStatsResponse\x12,\n" +
 	"\x12claimed_by_spinner\x18\x01 \x01(\x04R\x10claimedBySpinner\x12,\n" +
 	"\x12claimed_by_sleeper\x18\x02 \x01(\x04R\x10claimedBySleeper\x12,\n" +
-	"\x12claimed_by_standby\x18\x03 \x01(\x04R\x10claimedByStandby2\xc4\n" +
-	"\n" +
+	"\x12claimed_by_standby\x18\x03 \x01(\x04R\x10claimedByStandby2\xb1\v\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvconnect.plugins.v1.InfoRequest\x1a\".kvconnect.plugins.v1.InfoResponse\x12M\n" +
 	"\x04Init\x12!.kvconnect.plugins.v1.InitRequest\x1a\".kvconnect.plugins.v1.InitResponse\x12k\n" +
@@ -2061,7 +2176,8 @@ const file_transport_proto_rawDesc = "" +
 	"\vReleaseFile\x12(.kvconnect.plugins.v1.ReleaseFileRequest\x1a).kvconnect.plugins.v1.ReleaseFileResponse\x12Y\n" +
 	"\bOpenRing\x12%.kvconnect.plugins.v1.OpenRingRequest\x1a&.kvconnect.plugins.v1.OpenRingResponse\x12P\n" +
 	"\x05Stats\x12\".kvconnect.plugins.v1.StatsRequest\x1a#.kvconnect.plugins.v1.StatsResponse\x12\\\n" +
-	"\tRingStats\x12&.kvconnect.plugins.v1.RingStatsRequest\x1a'.kvconnect.plugins.v1.RingStatsResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
+	"\tRingStats\x12&.kvconnect.plugins.v1.RingStatsRequest\x1a'.kvconnect.plugins.v1.RingStatsResponse\x12k\n" +
+	"\x0eCancelTransfer\x12+.kvconnect.plugins.v1.CancelTransferRequest\x1a,.kvconnect.plugins.v1.CancelTransferResponseB9Z7github.com/kvconnect/kvconnect/internal/pluginrpc/protob\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -2075,7 +2191,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_transport_proto_goTypes = []any{
 	(*InfoRequest)(nil),               // 0: kvconnect.plugins.v1.InfoRequest
 	(*InfoResponse)(nil),              // 1: kvconnect.plugins.v1.InfoResponse
@@ -2095,31 +2211,33 @@ var file_transport_proto_goTypes = []any{
 	(*DisconnectRequest)(nil),         // 15: kvconnect.plugins.v1.DisconnectRequest
 	(*DisconnectResponse)(nil),        // 16: kvconnect.plugins.v1.DisconnectResponse
 	(*TransferRequest)(nil),           // 17: kvconnect.plugins.v1.TransferRequest
-	(*OpError)(nil),                   // 18: kvconnect.plugins.v1.OpError
-	(*TransferResponse)(nil),          // 19: kvconnect.plugins.v1.TransferResponse
-	(*ReleaseFileRequest)(nil),        // 20: kvconnect.plugins.v1.ReleaseFileRequest
-	(*ReleaseFileResponse)(nil),       // 21: kvconnect.plugins.v1.ReleaseFileResponse
-	(*OpenRingRequest)(nil),           // 22: kvconnect.plugins.v1.OpenRingRequest
-	(*OpenRingResponse)(nil),          // 23: kvconnect.plugins.v1.OpenRingResponse
-	(*CloseRequest)(nil),              // 24: kvconnect.plugins.v1.CloseRequest
-	(*CloseResponse)(nil),             // 25: kvconnect.plugins.v1.CloseResponse
-	(*ErrorDetail)(nil),               // 26: kvconnect.plugins.v1.ErrorDetail
-	(*InitFailure)(nil),               // 27: kvconnect.plugins.v1.InitFailure
-	(*StatsRequest)(nil),              // 28: kvconnect.plugins.v1.StatsRequest
-	(*ServedCount)(nil),               // 29: kvconnect.plugins.v1.ServedCount
-	(*RefusalCount)(nil),              // 30: kvconnect.plugins.v1.RefusalCount
-	(*StatsResponse)(nil),             // 31: kvconnect.plugins.v1.StatsResponse
-	(*RingStatsRequest)(nil),          // 32: kvconnect.plugins.v1.RingStatsRequest
-	(*RingStatsResponse)(nil),         // 33: kvconnect.plugins.v1.RingStatsResponse
+	(*CancelTransferRequest)(nil),     // 18: kvconnect.plugins.v1.CancelTransferRequest
+	(*CancelTransferResponse)(nil),    // 19: kvconnect.plugins.v1.CancelTransferResponse
+	(*OpError)(nil),                   // 20: kvconnect.plugins.v1.OpError
+	(*TransferResponse)(nil),          // 21: kvconnect.plugins.v1.TransferResponse
+	(*ReleaseFileRequest)(nil),        // 22: kvconnect.plugins.v1.ReleaseFileRequest
+	(*ReleaseFileResponse)(nil),       // 23: kvconnect.plugins.v1.ReleaseFileResponse
+	(*OpenRingRequest)(nil),           // 24: kvconnect.plugins.v1.OpenRingRequest
+	(*OpenRingResponse)(nil),          // 25: kvconnect.plugins.v1.OpenRingResponse
+	(*CloseRequest)(nil),              // 26: kvconnect.plugins.v1.CloseRequest
+	(*CloseResponse)(nil),             // 27: kvconnect.plugins.v1.CloseResponse
+	(*ErrorDetail)(nil),               // 28: kvconnect.plugins.v1.ErrorDetail
+	(*InitFailure)(nil),               // 29: kvconnect.plugins.v1.InitFailure
+	(*StatsRequest)(nil),              // 30: kvconnect.plugins.v1.StatsRequest
+	(*ServedCount)(nil),               // 31: kvconnect.plugins.v1.ServedCount
+	(*RefusalCount)(nil),              // 32: kvconnect.plugins.v1.RefusalCount
+	(*StatsResponse)(nil),             // 33: kvconnect.plugins.v1.StatsResponse
+	(*RingStatsRequest)(nil),          // 34: kvconnect.plugins.v1.RingStatsRequest
+	(*RingStatsResponse)(nil),         // 35: kvconnect.plugins.v1.RingStatsResponse
 }
 var file_transport_proto_depIdxs = []int32{
 	4,  // 0: kvconnect.plugins.v1.RegisterRegionsRequest.regions:type_name -> kvconnect.plugins.v1.RegisterRegionRequest
 	12, // 1: kvconnect.plugins.v1.ConnectRequest.regions:type_name -> kvconnect.plugins.v1.RemoteRegion
-	18, // 2: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
-	26, // 3: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
-	27, // 4: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
-	29, // 5: kvconnect.plugins.v1.StatsResponse.served:type_name -> kvconnect.plugins.v1.ServedCount
-	30, // 6: kvconnect.plugins.v1.StatsResponse.refusals:type_name -> kvconnect.plugins.v1.RefusalCount
+	20, // 2: kvconnect.plugins.v1.TransferResponse.errors:type_name -> kvconnect.plugins.v1.OpError
+	28, // 3: kvconnect.plugins.v1.TransferResponse.batch_error:type_name -> kvconnect.plugins.v1.ErrorDetail
+	29, // 4: kvconnect.plugins.v1.ErrorDetail.init:type_name -> kvconnect.plugins.v1.InitFailure
+	31, // 5: kvconnect.plugins.v1.StatsResponse.served:type_name -> kvconnect.plugins.v1.ServedCount
+	32, // 6: kvconnect.plugins.v1.StatsResponse.refusals:type_name -> kvconnect.plugins.v1.RefusalCount
 	0,  // 7: kvconnect.plugins.v1.Transport.Info:input_type -> kvconnect.plugins.v1.InfoRequest
 	2,  // 8: kvconnect.plugins.v1.Transport.Init:input_type -> kvconnect.plugins.v1.InitRequest
 	4,  // 9: kvconnect.plugins.v1.Transport.RegisterRegion:input_type -> kvconnect.plugins.v1.RegisterRegionRequest
@@ -2129,27 +2247,29 @@ var file_transport_proto_depIdxs = []int32{
 	13, // 13: kvconnect.plugins.v1.Transport.Connect:input_type -> kvconnect.plugins.v1.ConnectRequest
 	15, // 14: kvconnect.plugins.v1.Transport.Disconnect:input_type -> kvconnect.plugins.v1.DisconnectRequest
 	17, // 15: kvconnect.plugins.v1.Transport.Transfer:input_type -> kvconnect.plugins.v1.TransferRequest
-	24, // 16: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
-	20, // 17: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
-	22, // 18: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
-	28, // 19: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
-	32, // 20: kvconnect.plugins.v1.Transport.RingStats:input_type -> kvconnect.plugins.v1.RingStatsRequest
-	1,  // 21: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
-	3,  // 22: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
-	9,  // 23: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
-	11, // 24: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
-	6,  // 25: kvconnect.plugins.v1.Transport.RegisterRegions:output_type -> kvconnect.plugins.v1.RegisterRegionsResponse
-	8,  // 26: kvconnect.plugins.v1.Transport.DeregisterRegions:output_type -> kvconnect.plugins.v1.DeregisterRegionsResponse
-	14, // 27: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
-	16, // 28: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
-	19, // 29: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
-	25, // 30: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
-	21, // 31: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
-	23, // 32: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
-	31, // 33: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
-	33, // 34: kvconnect.plugins.v1.Transport.RingStats:output_type -> kvconnect.plugins.v1.RingStatsResponse
-	21, // [21:35] is the sub-list for method output_type
-	7,  // [7:21] is the sub-list for method input_type
+	26, // 16: kvconnect.plugins.v1.Transport.Close:input_type -> kvconnect.plugins.v1.CloseRequest
+	22, // 17: kvconnect.plugins.v1.Transport.ReleaseFile:input_type -> kvconnect.plugins.v1.ReleaseFileRequest
+	24, // 18: kvconnect.plugins.v1.Transport.OpenRing:input_type -> kvconnect.plugins.v1.OpenRingRequest
+	30, // 19: kvconnect.plugins.v1.Transport.Stats:input_type -> kvconnect.plugins.v1.StatsRequest
+	34, // 20: kvconnect.plugins.v1.Transport.RingStats:input_type -> kvconnect.plugins.v1.RingStatsRequest
+	18, // 21: kvconnect.plugins.v1.Transport.CancelTransfer:input_type -> kvconnect.plugins.v1.CancelTransferRequest
+	1,  // 22: kvconnect.plugins.v1.Transport.Info:output_type -> kvconnect.plugins.v1.InfoResponse
+	3,  // 23: kvconnect.plugins.v1.Transport.Init:output_type -> kvconnect.plugins.v1.InitResponse
+	9,  // 24: kvconnect.plugins.v1.Transport.RegisterRegion:output_type -> kvconnect.plugins.v1.RegisterRegionResponse
+	11, // 25: kvconnect.plugins.v1.Transport.DeregisterRegion:output_type -> kvconnect.plugins.v1.DeregisterRegionResponse
+	6,  // 26: kvconnect.plugins.v1.Transport.RegisterRegions:output_type -> kvconnect.plugins.v1.RegisterRegionsResponse
+	8,  // 27: kvconnect.plugins.v1.Transport.DeregisterRegions:output_type -> kvconnect.plugins.v1.DeregisterRegionsResponse
+	14, // 28: kvconnect.plugins.v1.Transport.Connect:output_type -> kvconnect.plugins.v1.ConnectResponse
+	16, // 29: kvconnect.plugins.v1.Transport.Disconnect:output_type -> kvconnect.plugins.v1.DisconnectResponse
+	21, // 30: kvconnect.plugins.v1.Transport.Transfer:output_type -> kvconnect.plugins.v1.TransferResponse
+	27, // 31: kvconnect.plugins.v1.Transport.Close:output_type -> kvconnect.plugins.v1.CloseResponse
+	23, // 32: kvconnect.plugins.v1.Transport.ReleaseFile:output_type -> kvconnect.plugins.v1.ReleaseFileResponse
+	25, // 33: kvconnect.plugins.v1.Transport.OpenRing:output_type -> kvconnect.plugins.v1.OpenRingResponse
+	33, // 34: kvconnect.plugins.v1.Transport.Stats:output_type -> kvconnect.plugins.v1.StatsResponse
+	35, // 35: kvconnect.plugins.v1.Transport.RingStats:output_type -> kvconnect.plugins.v1.RingStatsResponse
+	19, // 36: kvconnect.plugins.v1.Transport.CancelTransfer:output_type -> kvconnect.plugins.v1.CancelTransferResponse
+	22, // [22:37] is the sub-list for method output_type
+	7,  // [7:22] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -2166,7 +2286,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

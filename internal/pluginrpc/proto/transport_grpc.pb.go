@@ -37,6 +37,7 @@ const (
 	Transport_OpenRing_FullMethodName          = "/kvconnect.plugins.v1.Transport/OpenRing"
 	Transport_Stats_FullMethodName             = "/kvconnect.plugins.v1.Transport/Stats"
 	Transport_RingStats_FullMethodName         = "/kvconnect.plugins.v1.Transport/RingStats"
+	Transport_CancelTransfer_FullMethodName    = "/kvconnect.plugins.v1.Transport/CancelTransfer"
 )
 
 // TransportClient is the client API for Transport service.
@@ -76,6 +77,14 @@ type TransportClient interface {
 	// answers not_supported, an older plugin UNIMPLEMENTED. Every count
 	// only grows.
 	RingStats(ctx context.Context, in *RingStatsRequest, opts ...grpc.CallOption) (*RingStatsResponse, error)
+	// CancelTransfer ends the batch a Transfer call with that id runs
+	// (features bit 5): its context is canceled, and the Transfer call
+	// still answers, once the transport reported how each op ended. A host
+	// whose caller gave up on a batch asks this rather than cancel the
+	// call, so that it learns when the transport is done with the batch (a
+	// WRITE given up must not land later). found is false when no batch
+	// with that id runs: its call has not arrived yet, or has answered.
+	CancelTransfer(ctx context.Context, in *CancelTransferRequest, opts ...grpc.CallOption) (*CancelTransferResponse, error)
 }
 
 type transportClient struct {
@@ -226,6 +235,16 @@ func (c *transportClient) RingStats(ctx context.Context, in *RingStatsRequest, o
 	return out, nil
 }
 
+func (c *transportClient) CancelTransfer(ctx context.Context, in *CancelTransferRequest, opts ...grpc.CallOption) (*CancelTransferResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTransferResponse)
+	err := c.cc.Invoke(ctx, Transport_CancelTransfer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -263,6 +282,14 @@ type TransportServer interface {
 	// answers not_supported, an older plugin UNIMPLEMENTED. Every count
 	// only grows.
 	RingStats(context.Context, *RingStatsRequest) (*RingStatsResponse, error)
+	// CancelTransfer ends the batch a Transfer call with that id runs
+	// (features bit 5): its context is canceled, and the Transfer call
+	// still answers, once the transport reported how each op ended. A host
+	// whose caller gave up on a batch asks this rather than cancel the
+	// call, so that it learns when the transport is done with the batch (a
+	// WRITE given up must not land later). found is false when no batch
+	// with that id runs: its call has not arrived yet, or has answered.
+	CancelTransfer(context.Context, *CancelTransferRequest) (*CancelTransferResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -314,6 +341,9 @@ func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*Stat
 }
 func (UnimplementedTransportServer) RingStats(context.Context, *RingStatsRequest) (*RingStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RingStats not implemented")
+}
+func (UnimplementedTransportServer) CancelTransfer(context.Context, *CancelTransferRequest) (*CancelTransferResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTransfer not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -588,6 +618,24 @@ func _Transport_RingStats_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_CancelTransfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTransferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).CancelTransfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_CancelTransfer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).CancelTransfer(ctx, req.(*CancelTransferRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -650,6 +698,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RingStats",
 			Handler:    _Transport_RingStats_Handler,
+		},
+		{
+			MethodName: "CancelTransfer",
+			Handler:    _Transport_CancelTransfer_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
