@@ -269,7 +269,8 @@ func TestRingsTurnedOff(t *testing.T) {
 
 // TestRingCancellationReachesPlugin: the caller's context ending ends
 // the plugin's Transfer too: a cancel as ErrCanceled, a deadline as
-// ErrTimeout, and the host returns at once.
+// ErrTimeout, and the host returns as soon as the plugin reported it
+// (TestTransferWaitsForTheGivenUpBatch).
 func TestRingCancellationReachesPlugin(t *testing.T) {
 	bt := newBlocking()
 	m := inMemoryRing(t, bt)
