@@ -468,8 +468,15 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 	req := &proto.TransferRequest{Peer: uint64(peer), Ops: packed}
 	var resp *proto.TransferResponse
 	var err error
+	gaveUp := false
 	if c.features.Load()&pluginrpc.FeatureCancelTransfer != 0 {
-		resp, err = c.cancelableTransfer(ctx, req)
+		if ctx.Err() != nil {
+			// Nothing of it is sent (the call below would outlive ctx).
+			err := givenUpError(c.name, ctx)
+			plugins.FillResults(results, err)
+			return err
+		}
+		resp, gaveUp, err = c.cancelableTransfer(ctx, req)
 	} else {
 		resp, err = c.rpc.Transfer(ctx, req)
 	}
@@ -479,7 +486,7 @@ func (c *grpcClient) Transfer(ctx context.Context, peer plugins.PeerID, ops []pl
 		return err
 	}
 	err = c.transferResults(resp, results)
-	if ctx.Err() != nil {
+	if gaveUp {
 		return givenUp(c.name, ctx, results, err)
 	}
 	return err
@@ -508,8 +515,8 @@ func (c *grpcClient) transferResults(resp *proto.TransferResponse, results []plu
 // host asks the plugin to cancel the batch (CancelTransfer) and waits
 // for the answer up to givenUpWait, then cancels the call. So a batch
 // given up on returns once the transport is done with it, as through the
-// ring.
-func (c *grpcClient) cancelableTransfer(ctx context.Context, req *proto.TransferRequest) (*proto.TransferResponse, error) {
+// ring. gaveUp: ctx ended before the answer came.
+func (c *grpcClient) cancelableTransfer(ctx context.Context, req *proto.TransferRequest) (_ *proto.TransferResponse, gaveUp bool, _ error) {
 	req.Id = c.transferIDs.Add(1)
 	if dl, ok := ctx.Deadline(); ok {
 		req.TimeoutNs = max(int64(time.Until(dl)), 1)
@@ -520,16 +527,26 @@ func (c *grpcClient) cancelableTransfer(ctx context.Context, req *proto.Transfer
 		grace := time.AfterFunc(givenUpWait, func() {
 			if call.Err() == nil {
 				c.logger().Warn("the plugin did not answer a batch whose context ended; Transfer returns without it, and a WRITE of it may still land",
-					zap.Duration("waited", givenUpWait))
+					zap.String("plugin", c.name), zap.Uint64("batch", req.Id), zap.Duration("waited", givenUpWait))
 				endCall()
 			}
 		})
 		context.AfterFunc(call, func() { grace.Stop() })
 		c.cancelTransfer(call, req.Id)
 	})
-	defer stop()
-	return c.rpc.Transfer(call, req)
+	if testBeforeTransferCall != nil {
+		testBeforeTransferCall(req.Id)
+	}
+	resp, err := c.rpc.Transfer(call, req)
+	// stop fails once ctx ended and the callback started: the batch was
+	// given up on (or ctx ended right as the answer came: the ops that
+	// failed then say so too).
+	return resp, !stop(), err
 }
+
+// testBeforeTransferCall, when a test sets it (before any Transfer),
+// runs right before a cancelable Transfer call is sent.
+var testBeforeTransferCall func(id uint64)
 
 // cancelTransfer asks the plugin to cancel batch id until it finds it
 // running or the call ends: a CancelTransfer can overtake the Transfer

@@ -27,7 +27,7 @@ var givenUpWait = 5 * time.Second
 // error (whatever the transport said: the caller's deadline or cancel
 // is why), the ones the plugin completed stay completed.
 func givenUp(name string, ctx context.Context, results []plugins.OpResult, err error) error {
-	cerr := fmt.Errorf("plugin %s: transfer: %w", name, errdefs.FromContext(ctx.Err()))
+	cerr := givenUpError(name, ctx)
 	failed := err != nil
 	for i := range results {
 		if results[i].Err != nil {
@@ -38,4 +38,10 @@ func givenUp(name string, ctx context.Context, results []plugins.OpResult, err e
 		return cerr
 	}
 	return nil
+}
+
+// givenUpError is the error of a batch of plugin name whose context
+// (ctx, ended) was given up on.
+func givenUpError(name string, ctx context.Context) error {
+	return fmt.Errorf("plugin %s: transfer: %w", name, errdefs.FromContext(ctx.Err()))
 }

@@ -177,37 +177,88 @@ func givenUpBatchOfAPluginThatDoesNotReport(t *testing.T, path string) {
 	})
 }
 
-// TestBatchGivenUpAtOnce: a caller that gives up right after submitting
-// (its cancellation may reach the plugin before the batch does: over
-// gRPC, CancelTransfer travels on another stream than the Transfer call)
-// still has its batch canceled in the plugin (or refused before it ran),
-// and gets the answer well before givenUpWait (here 10 minutes).
-func TestBatchGivenUpAtOnce(t *testing.T) {
+// TestBatchGivenUpAsItIsSent: a caller that gives up right as its batch
+// is sent over gRPC (its CancelTransfer travels on another stream than
+// the Transfer call, and can reach the plugin first) still has its batch
+// canceled in the plugin, and gets the answer well before givenUpWait
+// (here 10 minutes).
+func TestBatchGivenUpAsItIsSent(t *testing.T) {
 	defer func(old time.Duration) { givenUpWait = old }(givenUpWait)
 	givenUpWait = 10 * time.Minute
+	lt := &lingeringTransport{ended: make(chan struct{}, 64), let: make(chan struct{})}
+	close(lt.let)
+	m := inMemoryOver(t, "grpc", lt)
+	var cancel context.CancelFunc
+	testBeforeTransferCall = func(uint64) { cancel() }
+	defer func() { testBeforeTransferCall = nil }()
+	for i := range 50 {
+		ctx, c := context.WithCancel(context.Background())
+		defer c()
+		cancel = c
+		res := make([]plugins.OpResult, 2)
+		done := make(chan error, 1)
+		go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errdefs.ErrCanceled) || !errors.Is(res[1].Err, errdefs.ErrCanceled) {
+				t.Fatalf("batch %d: %v / %v, want ErrCanceled", i, err, res[1].Err)
+			}
+		case <-time.After(testbin.WaitLimit):
+			t.Fatalf("batch %d: the cancellation never reached the plugin", i)
+		}
+		select {
+		case <-lt.ended:
+		case <-time.After(testbin.WaitLimit):
+			t.Fatalf("batch %d: the plugin never ran it", i)
+		}
+	}
+}
+
+// TestBatchOfAnEndedContextIsNotSent: a batch whose context ended before
+// Transfer is failed with the context's error and never reaches the
+// plugin (over gRPC the call would outlive the context).
+func TestBatchOfAnEndedContextIsNotSent(t *testing.T) {
 	for _, path := range paths {
 		t.Run(path, func(t *testing.T) {
-			lt := &lingeringTransport{ended: make(chan struct{}, 64), let: make(chan struct{})}
+			lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
 			close(lt.let)
 			m := inMemoryOver(t, path, lt)
-			for i := range 50 {
-				ctx, cancel := context.WithCancel(context.Background())
-				res := make([]plugins.OpResult, 2)
-				done := make(chan error, 1)
-				go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
-				cancel()
-				select {
-				case err := <-done:
-					if !errors.Is(err, errdefs.ErrCanceled) {
-						t.Fatalf("batch %d: %v, want ErrCanceled", i, err)
-					}
-				case <-time.After(testbin.WaitLimit):
-					t.Fatalf("batch %d: the cancellation never reached the plugin", i)
-				}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			res := make([]plugins.OpResult, 2)
+			if err := m.Transfer(ctx, 7, ops(2), res); !errors.Is(err, errdefs.ErrCanceled) || !errors.Is(res[1].Err, errdefs.ErrCanceled) {
+				t.Fatalf("%v / %v, want ErrCanceled", err, res[1].Err)
 			}
-			if lt.running.Load() == 0 {
-				t.Log("the plugin ran none of the batches: the test showed nothing")
+			if lt.running.Load() != 0 {
+				t.Fatal("the plugin ran a batch whose context had ended")
 			}
 		})
+	}
+}
+
+// TestRingStoppingWhileAGivenUpBatchWaits: the plugin's ring stops (its
+// Close) while a batch whose context ended waits for the plugin's
+// report: the caller's context is still the reason given, as over gRPC.
+func TestRingStoppingWhileAGivenUpBatchWaits(t *testing.T) {
+	lt := &lingeringTransport{ended: make(chan struct{}, 1), let: make(chan struct{})}
+	defer close(lt.let)
+	m := inMemoryOver(t, "ring", lt)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make([]plugins.OpResult, 2)
+	done := make(chan error, 1)
+	go func() { done <- m.Transfer(ctx, 7, ops(2), res) }()
+	for lt.running.Load() == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	<-lt.ended
+	m.closeRing()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errdefs.ErrCanceled) || !errors.Is(res[0].Err, errdefs.ErrCanceled) {
+			t.Fatalf("%v / %v, want ErrCanceled on every op", err, res[0].Err)
+		}
+	case <-time.After(testbin.WaitLimit):
+		t.Fatal("Transfer still waiting after the ring stopped")
 	}
 }

@@ -286,6 +286,12 @@ func (rc *ringClient) transfer(ctx context.Context, peer plugins.PeerID, ops []p
 	if len(ops) > rc.maxOps || len(ops) == 0 {
 		return errNotForRing
 	}
+	if ctx.Err() != nil {
+		// Nothing of it is sent.
+		err := givenUpError(rc.name, ctx)
+		plugins.FillResults(results, err)
+		return err
+	}
 	b, err := rc.submit(ctx, peer, ops, results)
 	if err != nil {
 		plugins.FillResults(results, err)
@@ -403,53 +409,62 @@ func (rc *ringClient) deadError() error {
 // wait waits for b's completion, polling the CQ itself when no one else
 // does. When ctx ends first, the plugin is asked to cancel b and wait
 // waits up to givenUpWait more for it to report: ops that failed then
-// carry ctx's error, ops the plugin completed stay completed.
+// carry ctx's error, ops the plugin completed stay completed. The
+// caller's ctx having ended is the reason given also when the ring stops
+// meanwhile, as over gRPC.
 func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
-	if err, ok := rc.waitDone(ctx, b); ok {
+	rc.mu.Lock()
+	results := b.results // nil'ed only by giveUp, below
+	rc.mu.Unlock()
+	err, end := rc.waitDone(ctx, b)
+	if end == endCompleted || end == endRingStopped {
 		return err
 	}
 	rc.push(ctx, ring.Sub{Op: ring.OpCancel, ID: b.id}, false)
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), givenUpWait)
 	defer cancel()
-	results := b.results
-	err, ok := rc.waitDone(grace, b)
-	if !ok {
+	if err, end = rc.waitDone(grace, b); end == endCtx {
 		var gaveUp bool
 		if err, gaveUp = rc.giveUp(ctx, b); gaveUp {
 			rc.log.Warn("the plugin did not report a batch whose context ended; Transfer returns without it, and a WRITE of it may still land",
-				zap.String("plugin", rc.name), zap.Duration("waited", givenUpWait), zap.Error(err))
+				zap.String("plugin", rc.name), zap.Uint64("batch", b.id), zap.Duration("waited", givenUpWait), zap.Error(err))
 			return err
 		}
-		err, _ = rc.waitDone(grace, b) // it completed as the wait ended
+		err, end = rc.waitDone(grace, b) // it completed (or the ring stopped) as the wait ended
 	}
-	if rc.deadError() != nil {
-		return err
-	}
+	// A ring stopped meanwhile failed every op: they get ctx's error too.
 	return givenUp(rc.name, ctx, results, err)
 }
 
+// How waitDone ended.
+type waitEnd int
+
+const (
+	endCompleted   waitEnd = iota // the plugin reported the batch: err is its outcome
+	endRingStopped                // the ring stopped: err says why, and the results carry it
+	endCtx                        // ctx ended first: the batch is still pending
+)
+
 // waitDone waits for b's completion until ctx ends, polling the CQ when
-// no one else does. ok: b completed (err is its outcome) or the ring
-// stopped (err says why, and b's results carry it); not ok: ctx ended
-// first, and b is still pending.
-func (rc *ringClient) waitDone(ctx context.Context, b *ringBatch) (err error, ok bool) {
+// no one else does.
+func (rc *ringClient) waitDone(ctx context.Context, b *ringBatch) (error, waitEnd) {
 	for {
 		rc.mu.Lock()
 		if b.done {
 			err := b.err
 			rc.mu.Unlock()
-			return err, true
+			return err, endCompleted
 		}
 		if rc.deadErr != nil {
 			err, results := rc.deadErr, b.results
 			rc.dropLocked(b)
 			rc.mu.Unlock()
 			plugins.FillResults(results, err)
-			return err, true
+			return err, endRingStopped
 		}
 		if ctx.Err() != nil {
 			rc.mu.Unlock()
-			return nil, false
+			return nil, endCtx
 		}
 		if !rc.polling {
 			rc.polling = true

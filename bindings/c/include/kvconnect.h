@@ -208,8 +208,10 @@ kvc_batch kvc_batch_submit(kvc_engine e, const char *session, int op, const uint
  * statuses (n entries, may be NULL) receives each op's KVC_STATUS_*. A
  * failed batch's first error becomes the last error. */
 int kvc_batch_wait(kvc_engine e, kvc_batch b, int64_t timeout_ms, int32_t *statuses, size_t n);
-/* Forgets a batch. A batch still running is canceled first (its ops end
- * with KVC_STATUS_CANCELED before this returns). Closing the engine
+/* Forgets a batch. A batch still running is canceled first: this returns
+ * once the transport is done with it (its ops that had not completed end
+ * with KVC_STATUS_CANCELED; a transport plugin that does not report the
+ * canceled batch holds this call at most 5 s). Closing the engine
  * cancels and forgets every batch: both calls then return KVC_ERR_CLOSED,
  * also while kvc_engine_close is still running. */
 int kvc_batch_free(kvc_engine e, kvc_batch b);

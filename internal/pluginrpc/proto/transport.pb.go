@@ -955,8 +955,10 @@ type TransferRequest struct {
 	// (features bit 5): unique among its batches in flight (0: none).
 	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	// The caller's time left for the batch, in nanoseconds (0: no
-	// deadline): the plugin ends the batch then. The call's own deadline
-	// is later, so its answer, saying how each op ended, still arrives.
+	// deadline): the plugin ends the batch then. A host that sets id sends
+	// the call without a deadline of its own (it cancels the call itself
+	// at most 5 s after its caller gave up), so the answer, saying how each
+	// op ended, still arrives.
 	TimeoutNs     int64 `protobuf:"varint,4,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
