@@ -20,3 +20,15 @@ func SetCloseTimeout(d time.Duration) func() {
 
 // RegionLockHeld reports whether some call holds c's region lock.
 func RegionLockHeld(c *Connector) bool { return len(c.regLock) == 1 }
+
+// MarkPeerStale marks p's link broken, as a lost connection does: its
+// next batch reconnects.
+func MarkPeerStale(p *Peer) {
+	p.mu.Lock()
+	at, id := p.at, p.id
+	p.mu.Unlock()
+	p.markStale(at, id, ErrPeerUnreachable)
+}
+
+// PeerReconnecting reports whether a reconnect of p is under way.
+func PeerReconnecting(p *Peer) bool { return len(p.refresh) == 1 }

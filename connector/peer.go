@@ -22,7 +22,7 @@ type Peer struct {
 	c       *Connector
 	session string
 
-	refresh sync.Mutex // one reconnect at a time
+	refresh chan struct{} // cap 1, held by the one reconnect under way: waiting for it honours ctx
 
 	mu      sync.Mutex
 	desc    SegmentDescriptor
@@ -112,8 +112,16 @@ func (p *Peer) ensure(ctx context.Context) (link, error) {
 	if !stale && p.c.usableOn(l.at) == nil {
 		return l, nil
 	}
-	p.refresh.Lock()
-	defer p.refresh.Unlock()
+	select {
+	case p.refresh <- struct{}{}: // free: taken whatever ctx
+	default:
+		select {
+		case p.refresh <- struct{}{}:
+		case <-ctx.Done():
+			return l, fmt.Errorf("connector: peer %s: waiting for the reconnect under way: %w", p.session, contextError(ctx.Err()))
+		}
+	}
+	defer func() { <-p.refresh }()
 	if l, stale, closed = p.link(); closed {
 		return l, fmt.Errorf("connector: peer %s: %w", p.session, ErrClosed)
 	} else if !stale && p.c.usableOn(l.at) == nil {
@@ -167,7 +175,7 @@ func (c *Connector) Open(ctx context.Context, session string) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{c: c, session: session, desc: d, buffers: buffers, at: at, id: id}
+	p := &Peer{c: c, session: session, desc: d, buffers: buffers, at: at, id: id, refresh: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if old, ok := c.peers[session]; ok { // lost a race with another Open
 		c.mu.Unlock()
