@@ -75,9 +75,7 @@ func Map(f *os.File, offset uint64, size int) (*Segment, error) {
 	if err := CheckShareable(f, offset, size); err != nil {
 		return nil, err
 	}
-	page := uint64(unix.Getpagesize())
-	start := offset &^ (page - 1)
-	length := int(offset-start) + size
+	start, length := mapRange(f, offset, size)
 	full, err := unix.Mmap(int(f.Fd()), int64(start), length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d: %w", size, offset, fdlimit.ExplainMmap(err))
@@ -113,12 +111,34 @@ func MapViewAt(f *os.File, offset uint64, size int) (*Segment, error) {
 	if offset%uint64(unix.Getpagesize()) != 0 {
 		return nil, fmt.Errorf("shm: view of %s at offset %d: not a page multiple", f.Name(), offset)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), int64(offset), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	start, length := mapRange(f, offset, size)
+	full, err := unix.Mmap(int(f.Fd()), int64(start), length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("shm: mmap %d bytes at offset %d of %s: %w", size, offset, f.Name(), fdlimit.ExplainMmap(err))
 	}
-	AdviseHuge(mem) // before Populate faults the regions' ranges in
-	return &Segment{file: f, full: mem, mem: mem}, nil
+	AdviseHuge(full) // before Populate faults the regions' ranges in
+	head := offset - start
+	return &Segment{file: f, full: full, mem: full[head : head+uint64(size) : head+uint64(size)]}, nil
+}
+
+// mapRange is what to map of f for [offset, offset+size): from offset
+// rounded down to f's page, for length bytes. A file on hugetlbfs maps
+// in its huge pages (mmap refuses an offset inside one, and munmap a
+// length that is not a multiple of one: the mapping would stay), so
+// there both ends are rounded to the huge page.
+func mapRange(f *os.File, offset uint64, size int) (start uint64, length int) {
+	unit := uint64(unix.Getpagesize())
+	var sfs unix.Statfs_t
+	huge := unix.Fstatfs(int(f.Fd()), &sfs) == nil && int64(sfs.Type) == unix.HUGETLBFS_MAGIC && uint64(sfs.Bsize) > unit
+	if huge {
+		unit = uint64(sfs.Bsize)
+	}
+	start = offset &^ (unit - 1)
+	end := offset + uint64(size)
+	if huge {
+		end = (end + unit - 1) &^ (unit - 1)
+	}
+	return start, int(end - start)
 }
 
 // Populate faults in the pages of mem (part of a shared mapping) for
