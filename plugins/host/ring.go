@@ -416,21 +416,21 @@ func (rc *ringClient) wait(ctx context.Context, b *ringBatch) error {
 	rc.mu.Lock()
 	results := b.results // nil'ed only by giveUp, below
 	rc.mu.Unlock()
-	err, end := rc.waitDone(ctx, b)
+	end, err := rc.waitDone(ctx, b)
 	if end == endCompleted || end == endRingStopped {
 		return err
 	}
 	rc.push(ctx, ring.Sub{Op: ring.OpCancel, ID: b.id}, false)
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), givenUpWait)
 	defer cancel()
-	if err, end = rc.waitDone(grace, b); end == endCtx {
+	if end, err = rc.waitDone(grace, b); end == endCtx {
 		var gaveUp bool
 		if err, gaveUp = rc.giveUp(ctx, b); gaveUp {
 			rc.log.Warn("the plugin did not report a batch whose context ended; Transfer returns without it, and a WRITE of it may still land",
 				zap.String("plugin", rc.name), zap.Uint64("batch", b.id), zap.Duration("waited", givenUpWait), zap.Error(err))
 			return err
 		}
-		err, end = rc.waitDone(grace, b) // it completed (or the ring stopped) as the wait ended
+		_, err = rc.waitDone(grace, b) // it completed (or the ring stopped) as the wait ended
 	}
 	// A ring stopped meanwhile failed every op: they get ctx's error too.
 	return givenUp(rc.name, ctx, results, err)
@@ -447,24 +447,24 @@ const (
 
 // waitDone waits for b's completion until ctx ends, polling the CQ when
 // no one else does.
-func (rc *ringClient) waitDone(ctx context.Context, b *ringBatch) (error, waitEnd) {
+func (rc *ringClient) waitDone(ctx context.Context, b *ringBatch) (waitEnd, error) {
 	for {
 		rc.mu.Lock()
 		if b.done {
 			err := b.err
 			rc.mu.Unlock()
-			return err, endCompleted
+			return endCompleted, err
 		}
 		if rc.deadErr != nil {
 			err, results := rc.deadErr, b.results
 			rc.dropLocked(b)
 			rc.mu.Unlock()
 			plugins.FillResults(results, err)
-			return err, endRingStopped
+			return endRingStopped, err
 		}
 		if ctx.Err() != nil {
 			rc.mu.Unlock()
-			return nil, endCtx
+			return endCtx, nil
 		}
 		if !rc.polling {
 			rc.polling = true
