@@ -24,9 +24,9 @@ func TestBatchCallsOnAClosedEngineSayClosed(t *testing.T) {
 		call func() error
 		want int
 	}{
-		{"wait, closed engine", func() error { _, err := closed.wait(1, 0, nil); return err }, codeClosed},
+		{"wait, closed engine", func() error { _, _, err := closed.wait(1, 0, nil); return err }, codeClosed},
 		{"free, closed engine", func() error { return closed.free(1) }, codeClosed},
-		{"wait, open engine", func() error { _, err := open.wait(7, 0, nil); return err }, codeUnknownBatch},
+		{"wait, open engine", func() error { _, _, err := open.wait(7, 0, nil); return err }, codeUnknownBatch},
 		{"free, open engine", func() error { return open.free(7) }, codeUnknownBatch},
 	} {
 		if got := codeOf(c.call()); got != c.want {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -242,8 +243,8 @@ func (e *engine) register(addrs, lens []uint64) error {
 	}
 	mems := make([][]byte, len(addrs))
 	for i := range addrs {
-		if addrs[i] == 0 || lens[i] == 0 || addrs[i]+lens[i] < addrs[i] {
-			return codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: register memory: buffer %d of %d: address 0x%x, length %d: want a non-null address and a length of at least 1 byte: %w", i+1, len(addrs), addrs[i], lens[i], connector.ErrInvalidArgument))
+		if addrs[i] == 0 || lens[i] == 0 || addrs[i]+lens[i] < addrs[i] || lens[i] > connector.MaxRegionSize {
+			return codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: register memory: buffer %d of %d: address 0x%x, length %d: want a non-null address and a length between 1 byte and %d: %w", i+1, len(addrs), addrs[i], lens[i], uint64(connector.MaxRegionSize), connector.ErrInvalidArgument))
 		}
 		mems[i] = bytesAt(addrs[i], lens[i])
 	}
@@ -281,14 +282,17 @@ func (e *engine) unregister(addrs []uint64) error {
 		delete(e.memory, a)
 	}
 	e.regMu.Unlock()
+	// One bound for the call (the header's rule), not one per region: a
+	// caller unregistering many regions still in use waits transfer_timeout,
+	// not that many times over (holding the fork lock, and Python's GIL).
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
 	var errs []error
 	for i, r := range regions {
-		ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 		if err := r.Free(ctx); err != nil {
 			errs = append(errs, err)
 			e.keep(e.memory, addrs[i], r)
 		}
-		cancel()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return codeErr(codeOf(err), fmt.Errorf("kvconnect: unregister memory: %w (what could not be freed stays registered: unregister it again once the transfers on it end)", err))
@@ -351,16 +355,26 @@ func (e *engine) freeManaged(addr uint64) error {
 func callTimeout(ms int64, def time.Duration) (context.Context, context.CancelFunc) {
 	d := def
 	if ms >= 0 {
-		d = time.Duration(ms) * time.Millisecond
+		d = millis(ms)
 	}
 	return context.WithTimeout(context.Background(), d)
+}
+
+// millis is ms milliseconds (ms >= 0), at most what a Duration holds:
+// INT64_MAX, a C caller's "wait forever", must not wrap to a negative
+// duration (an immediate timeout).
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // transferTimeout is Mooncake's bound on a transfer: transfer_timeout
 // plus 1 ns per byte, unless the caller gave one.
 func (e *engine) transferTimeout(ms int64, lens []uint64) time.Duration {
 	if ms >= 0 {
-		return time.Duration(ms) * time.Millisecond
+		return millis(ms)
 	}
 	d := e.timeout
 	for _, n := range lens {
@@ -521,14 +535,15 @@ const (
 )
 
 // wait waits up to ms for batch id and reports its outcome and each op's
-// status.
-func (e *engine) wait(id uint64, ms int64, statuses []int32) (int, error) {
+// status. ended: the batch ended (err, if any, says why it failed); not
+// ended with an error: it could not be looked at.
+func (e *engine) wait(id uint64, ms int64, statuses []int32) (outcome int, ended bool, _ error) {
 	b, err := e.batch(id)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	if ms != 0 {
-		t := time.NewTimer(time.Duration(max(ms, 0)) * time.Millisecond)
+	if d := e.waitBound(ms); d != 0 {
+		t := time.NewTimer(d)
 		select {
 		case <-b.b.Done():
 		case <-t.C:
@@ -541,9 +556,9 @@ func (e *engine) wait(id uint64, ms int64, statuses []int32) (int, error) {
 		for i := range statuses {
 			statuses[i] = int32(connector.StatusPending)
 		}
-		return batchPending, nil
+		return batchPending, false, nil
 	}
-	outcome := batchDone
+	outcome = batchDone
 	for i := 0; i < b.n; i++ {
 		st := b.b.Status(i)
 		if i < len(statuses) {
@@ -560,9 +575,21 @@ func (e *engine) wait(id uint64, ms int64, statuses []int32) (int, error) {
 		}
 	}
 	if err := b.b.Err(); err != nil {
-		return outcome, codeErr(codeOf(err), err)
+		if outcome == batchDone {
+			outcome = batchFailed // every op completed, but the batch as a whole failed
+		}
+		return outcome, true, codeErr(codeOf(err), err)
 	}
-	return outcome, nil
+	return outcome, true, nil
+}
+
+// waitBound is how long kvc_batch_wait waits: ms, or transfer_timeout
+// when ms < 0 (the header's rule for every timeout_ms).
+func (e *engine) waitBound(ms int64) time.Duration {
+	if ms < 0 {
+		return e.timeout
+	}
+	return millis(ms)
 }
 
 // free forgets batch id, canceling it first if it still runs.

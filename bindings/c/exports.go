@@ -68,9 +68,16 @@ func goString(s *C.char) string {
 	return C.GoString(s)
 }
 
-// u64s views a C array of n uint64 values (nil for n == 0).
+// maxList bounds the length of an array a caller passes (buffers to
+// register or unregister, ops are bounded by MaxBatchOps): beyond it the
+// count is garbage (a negative number through size_t), and viewing it
+// would panic, ending the caller's process.
+const maxList = 1 << 26
+
+// u64s views a C array of n uint64 values (nil for n == 0; n at most
+// maxList, which its callers check).
 func u64s(p *C.uint64_t, n C.size_t) []uint64 {
-	if p == nil || n == 0 {
+	if p == nil || n == 0 || n > maxList {
 		return nil
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n))
@@ -205,8 +212,8 @@ func kvcgo_register_memory_batch(h C.uint64_t, addrs, lens *C.uint64_t, n C.size
 	if err != nil {
 		return fail(err)
 	}
-	if n == 0 || addrs == nil || lens == nil {
-		return fail(codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: register memory: %d buffers: want at least one, with its address and length: %w", n, connector.ErrInvalidArgument)))
+	if n == 0 || n > maxList || addrs == nil || lens == nil {
+		return fail(codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: register memory: %d buffers: want between 1 and %d, each with its address and length: %w", uint64(n), maxList, connector.ErrInvalidArgument)))
 	}
 	err = e.register(u64s(addrs, n), u64s(lens, n))
 	syncForkTable()
@@ -222,8 +229,8 @@ func kvcgo_unregister_memory_batch(h C.uint64_t, addrs *C.uint64_t, n C.size_t) 
 	if err != nil {
 		return fail(err)
 	}
-	if n == 0 || addrs == nil {
-		return fail(codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: unregister memory: no addresses: %w", connector.ErrInvalidArgument)))
+	if n == 0 || n > maxList || addrs == nil {
+		return fail(codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: unregister memory: %d addresses: want between 1 and %d: %w", uint64(n), maxList, connector.ErrInvalidArgument)))
 	}
 	err = e.unregister(u64s(addrs, n))
 	syncForkTable()
@@ -384,20 +391,33 @@ func kvcgo_batch_submit(h C.uint64_t, session *C.char, op C.int, local, remote, 
 func kvcgo_batch_wait(h C.uint64_t, id C.uint64_t, ms C.int64_t, statuses *C.int32_t, n C.size_t) C.int {
 	e, err := lookup(uint64(h))
 	if err != nil {
-		return fail(err)
+		return waitFailed(err)
 	}
 	var sts []int32
-	if statuses != nil && n > 0 {
+	if statuses != nil && n > 0 && n <= maxList {
 		sts = unsafe.Slice((*int32)(unsafe.Pointer(statuses)), int(n))
 	}
-	outcome, err := e.wait(uint64(id), int64(ms), sts)
+	outcome, ended, err := e.wait(uint64(id), int64(ms), sts)
 	if err != nil {
-		setError(err)
-		if outcome == batchDone || outcome == batchPending {
-			return C.int(codeOf(err)) // the batch could not be looked at
+		if !ended {
+			return waitFailed(err) // the batch could not be looked at
 		}
+		setError(err) // why it failed
 	}
 	return C.int(outcome)
+}
+
+// waitFailed is kvc_batch_wait's code for a batch it could not look at:
+// one below -1000, which no outcome (KVC_BATCH_FAILED is -1,
+// KVC_BATCH_TIMEDOUT -2) can be mistaken for. An engine handle never
+// given out (KVC_ERR_INVALID_ARGUMENT elsewhere) names no batch:
+// KVC_ERR_UNKNOWN_BATCH.
+func waitFailed(err error) C.int {
+	setError(err)
+	if code := codeOf(err); code <= -1000 {
+		return C.int(code)
+	}
+	return C.int(codeUnknownBatch)
 }
 
 //export kvcgo_batch_free

@@ -32,6 +32,31 @@ class BufferTest(unittest.TestCase):
             self.e.write_bytes_to_buffer(addr, 12345, 2)
         self.assertEqual(self.e.write_bytes_to_buffer(addr, bytearray(b"ab"), 3), -1, "longer than the source")
 
+    def test_unregister_waits_for_copies_under_way(self):
+        # Unregistering moves the pages back; a copy running meanwhile
+        # (ctypes.memmove releases the GIL) would be lost. A copy under way
+        # is held here, the way write_bytes_to_buffer counts one.
+        import ctypes
+        import threading
+        for batch in (False, True):
+            buf = bytearray(1 << 16)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            self.assertEqual(self.e.register_memory(addr, len(buf)), 0, self.e.last_error())
+            self.assertTrue(self.e._copy_begins(addr, 16))
+            out = []
+            if batch:
+                t = threading.Thread(target=lambda: out.append(self.e.batch_unregister_memory([addr])))
+            else:
+                t = threading.Thread(target=lambda: out.append(self.e.unregister_memory(addr)))
+            t.start()
+            t.join(0.3)  # (not a bound: it must still wait whatever the machine's speed)
+            still = t.is_alive()
+            self.e._copy_ends()
+            t.join(60)
+            self.assertTrue(still, f"batch={batch}: unregistered while a copy into the memory was under way")
+            self.assertEqual(out, [0], self.e.last_error())
+            self.assertEqual(self.e.write_bytes_to_buffer(addr, b"x", 1), -1, "a copy into unregistered memory")
+
     def test_registration_failure_is_logged_with_the_cause(self):
         # 0x1000 is never mapped: what a GPU pointer looks like from here.
         with self.assertLogs("kvconnect", "ERROR") as logs:

@@ -204,9 +204,14 @@ int kvc_transfer_sync(kvc_engine e, const char *session, int op, const uint64_t 
  * batch itself. */
 kvc_batch kvc_batch_submit(kvc_engine e, const char *session, int op, const uint64_t *local,
                            const uint64_t *remote, const uint64_t *lengths, size_t n, int64_t timeout_ms);
-/* Waits up to timeout_ms (0 = poll) for the batch and returns KVC_BATCH_*;
- * statuses (n entries, may be NULL) receives each op's KVC_STATUS_*. A
- * failed batch's first error becomes the last error. */
+/* Waits up to timeout_ms (0 = poll, < 0 = transfer_timeout) for the batch
+ * and returns KVC_BATCH_* once it ended or the wait did (a batch that
+ * failed as a whole, every op completed, is KVC_BATCH_FAILED); statuses
+ * (n entries, may be NULL) receives each op's KVC_STATUS_*. A failed
+ * batch's first error becomes the last error. A batch it cannot look at
+ * gives a KVC_ERR_* below -1000, never confused with an outcome:
+ * KVC_ERR_UNKNOWN_BATCH (also for an engine handle never given out),
+ * KVC_ERR_CLOSED. */
 int kvc_batch_wait(kvc_engine e, kvc_batch b, int64_t timeout_ms, int32_t *statuses, size_t n);
 /* Forgets a batch. A batch still running is canceled first: this returns
  * once the transport is done with it (its ops that had not completed end

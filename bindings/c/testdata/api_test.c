@@ -153,6 +153,21 @@ int main(int argc, char **argv) {
 	CHECK(kvc_batch_free(a, id) == 0, "free batch");
 	CHECK(kvc_batch_wait(a, id, 0, NULL, 0) == KVC_ERR_UNKNOWN_BATCH, "wait on a freed batch");
 
+	// Timeouts at their extremes: INT64_MAX waits (it must not wrap to an
+	// immediate timeout), a negative one means transfer_timeout (a wait
+	// with it waits for the batch, not polls).
+	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &r, &len, 1, INT64_MAX) == 0, "sync WRITE with timeout INT64_MAX: %s", kvc_last_error());
+	for (int i = 0; i < 20; i++) {
+		kvc_batch big = kvc_batch_submit(a, peer, KVC_OP_READ, &l, &r, &len, 1, INT64_MAX);
+		CHECK(big != 0, "submit with timeout INT64_MAX: %s", kvc_last_error());
+		rc = kvc_batch_wait(a, big, -1, &st, 1);
+		CHECK(rc == KVC_BATCH_DONE, "wait with timeout -1 (transfer_timeout): %d, want KVC_BATCH_DONE", rc);
+		CHECK(kvc_batch_free(a, big) == 0, "free batch");
+	}
+	// kvc_batch_wait's errors never read as a batch outcome (-1, -2).
+	rc = kvc_batch_wait(987654321, 1, 0, NULL, 0);
+	CHECK(rc <= -1000, "wait with an engine handle never given out: %d, want a KVC_ERR_ below -1000", rc);
+
 	// Bad input on a running engine: the documented codes, no crash.
 	uint64_t junk = 0x1000, zero = 0;
 	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &junk, &r, &len, 1, -1) == KVC_ERR_ADDRESS_NOT_REGISTERED, "unregistered local address");
@@ -161,6 +176,11 @@ int main(int argc, char **argv) {
 	CHECK(kvc_transfer_sync(a, peer, KVC_OP_WRITE, &l, &past, &twenty, 1, -1) == KVC_ERR_ADDRESS_NOT_REGISTERED, "past the peer's buffer");
 	CHECK(kvc_transfer_sync(a, peer, 7, &l, &r, &len, 1, -1) == KVC_ERR_INVALID_ARGUMENT, "op 7");
 	CHECK(kvc_register_memory(a, (uint64_t)(uintptr_t)(src + 100), 10) == KVC_ERR_ADDRESS_OVERLAPPED, "overlapping registration");
+	// Garbage sizes (a negative number through uint64_t or size_t) are
+	// refused, not a crash of this process.
+	CHECK(kvc_register_memory(a, 0x10000, 3ULL << 62) == KVC_ERR_INVALID_ARGUMENT, "register 3<<62 bytes");
+	CHECK(kvc_register_memory_batch(a, &junk, &len, (size_t)-1) == KVC_ERR_INVALID_ARGUMENT, "register (size_t)-1 buffers");
+	CHECK(kvc_unregister_memory_batch(a, &junk, (size_t)-1) == KVC_ERR_INVALID_ARGUMENT, "unregister (size_t)-1 buffers");
 	CHECK(kvc_batch_submit(a, "127.0.0.1:1", KVC_OP_WRITE, &l, &r, &len, 1, 5000) == 0, "unreachable peer: batch id 0");
 	CHECK(strlen(kvc_last_error()) > 0, "unreachable peer: an error");
 	CHECK(kvc_probe(a, "127.0.0.1:1", 5000) == KVC_ERR_SOCKET, "probe of an unreachable peer");

@@ -321,11 +321,21 @@ class TransferEngine:
         if _lib._forked:
             return 0  # the parent owns the engine
         with self._tables:
+            registered = list(self._memory)
             self._memory.clear()
             self._managed.clear()
             while self._copies:
                 self._tables.wait()
-        rc = _lib.lib().kvc_engine_close(h)
+        close = _lib.lib().kvc_engine_close  # the GIL is released: closing can take seconds
+        if registered:
+            # Registered memory goes back to the caller (its pages moved
+            # back, the edge pages copied) with the GIL held, as
+            # unregister_memory does: a write another thread makes to a
+            # heap neighbour on an edge page meanwhile would be lost.
+            a, n = _lib.u64_array(registered)
+            if _lib.gil_lib().kvc_unregister_memory_batch(h, a, n) != 0:
+                close = _lib.gil_lib().kvc_engine_close  # some stay registered: close moves them back
+        rc = close(h)
         return rc if rc == 0 else self._record(rc)
 
     def __enter__(self):
@@ -387,14 +397,32 @@ class TransferEngine:
             self._memory.update(zip(addrs, lens))
         return 0
 
+    def _retire(self, addrs) -> dict:
+        """Takes addrs out of the registered table, so no copy
+        (write_bytes_to_buffer, read_bytes_from_buffer) starts on them, and
+        waits for the copies under way: unregistering moves the pages back,
+        and a copy running meanwhile (ctypes.memmove releases the GIL)
+        would be lost. Returns what was taken, for _restore."""
+        with self._tables:
+            taken = {a: self._memory.pop(a) for a in addrs if a in self._memory}
+            while self._copies:
+                self._tables.wait()
+        return taken
+
+    def _restore(self, taken: dict) -> None:
+        """Puts back what _retire took (the unregistration failed)."""
+        with self._tables:
+            self._memory.update(taken)
+
     def unregister_memory(self, buffer_addr, /) -> int:
+        taken = self._retire([int(buffer_addr)])
         rc = self._call("kvc_unregister_memory", int(buffer_addr), keep_gil=True)
         if rc is None:
+            self._restore(taken)
             return self._failed('unregister_memory')
         if rc != 0:
+            self._restore(taken)
             return self._failed('unregister_memory', rc)
-        with self._tables:
-            self._memory.pop(int(buffer_addr), None)
         return 0
 
     def batch_unregister_memory(self, buffer_addresses, /) -> int:
@@ -403,14 +431,16 @@ class TransferEngine:
             self._last_error = "batch_unregister_memory: no addresses"
             return -1
         a, n = _lib.u64_array(addrs)
+        taken = self._retire(addrs)
         rc = self._call("kvc_unregister_memory_batch", a, n, keep_gil=True)
         if rc is None:
+            self._restore(taken)
             return self._failed('batch_unregister_memory')
         if rc != 0:
+            # (the ones that did unregister are back in the table too: still
+            # the caller's memory, so a copy there is as safe as before)
+            self._restore(taken)
             return self._failed('batch_unregister_memory', rc)
-        with self._tables:
-            for x in addrs:
-                self._memory.pop(x, None)
         return 0
 
     def allocate_managed_buffer(self, length, /) -> int:
