@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/kvconnect/kvconnect/errdefs"
 	"github.com/kvconnect/kvconnect/internal/pluginrpc"
 	"github.com/kvconnect/kvconnect/internal/testbin"
@@ -51,15 +49,7 @@ func inMemoryOver(t *testing.T, path string, tr plugins.Transport) *inMemory {
 		return inMemoryRing(t, tr)
 	}
 	t.Setenv(pluginrpc.EnvRings, "0")
-	p, err := InMemory(tr, "givenup", zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close(context.Background()) })
-	m := p.(*inMemory)
-	if _, err := m.Init(context.Background(), plugins.InitRequest{}); err != nil {
-		t.Fatal(err)
-	}
+	m := inMemoryInit(t, tr)
 	if m.ring.Load() != nil {
 		t.Fatal("a ring although rings are off")
 	}

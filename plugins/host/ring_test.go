@@ -84,6 +84,16 @@ func (b *blockingTransport) Transfer(ctx context.Context, peer plugins.PeerID, o
 // inMemoryRing serves t in memory and checks that a ring was set up.
 func inMemoryRing(t *testing.T, tr plugins.Transport) *inMemory {
 	t.Helper()
+	m := inMemoryInit(t, tr)
+	if ring.Supported && m.ring.Load() == nil {
+		t.Fatal("no ring after Init")
+	}
+	return m
+}
+
+// inMemoryInit serves t in memory, initialized, closed at the test's end.
+func inMemoryInit(t *testing.T, tr plugins.Transport) *inMemory {
+	t.Helper()
 	p, err := InMemory(tr, "ringtest", zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +102,6 @@ func inMemoryRing(t *testing.T, tr plugins.Transport) *inMemory {
 	m := p.(*inMemory)
 	if _, err := m.Init(context.Background(), plugins.InitRequest{}); err != nil {
 		t.Fatal(err)
-	}
-	if ring.Supported && m.ring.Load() == nil {
-		t.Fatal("no ring after Init")
 	}
 	return m
 }
