@@ -256,6 +256,13 @@ int kvc_engine_initialize_ext(kvc_engine e, const char *local_hostname, const ch
 	                                   (char *)device_name, (char *)metadata_type);
 }
 
+int kvc_engine_initialize_synced(kvc_engine e, const char *local_hostname, const char *metadata,
+                                 const char *protocol, const char *device_name, const char *metadata_type) {
+	CHECK_FORK(KVC_ERR_FORKED);
+	return kvcgo_engine_initialize_ext(e, (char *)local_hostname, (char *)metadata, (char *)protocol,
+	                                   (char *)device_name, (char *)metadata_type);
+}
+
 int kvc_engine_close(kvc_engine e) {
 	CHECK_FORK(KVC_ERR_FORKED);
 	kvc__fork_lock();

@@ -381,6 +381,63 @@ class InitializeTest(unittest.TestCase):
         self.assertFalse(st["fallback"])
         self.assertEqual([a["transport"] for a in st["attempts"]], ["tcp"], "MC_FORCE_TCP skips rdma")
 
+    def test_a_metadata_server_in_this_process_answers_while_it_starts(self):
+        # Mooncake's HTTP metadata protocol served by a thread of this very
+        # process (a test harness, a one-process proxy): initialize publishes
+        # the segment there, so it must let other Python threads run. It used
+        # to keep the GIL throughout: the PUT waited for a thread that could
+        # not run, and initialize failed when the request timed out.
+        import http.server
+        from urllib.parse import parse_qs, urlparse
+        store, put = {}, threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _key(self):
+                return parse_qs(urlparse(self.path).query).get("key", [""])[0]
+
+            def _answer(self, code, body=b""):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                v = store.get(self._key())
+                self._answer(404 if v is None else 200, v or b"")
+
+            def do_PUT(self):
+                store[self._key()] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                put.set()
+                self._answer(200)
+
+            def do_DELETE(self):
+                store.pop(self._key(), None)
+                self._answer(200)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        t = threading.Thread(target=server.serve_forever, daemon=True)
+        t.start()
+        self.addCleanup(t.join)
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        url = f"http://127.0.0.1:{server.server_address[1]}/metadata"
+        a, b = TransferEngine(), TransferEngine()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        self.assertEqual(a.initialize("127.0.0.1:17611", url, "tcp", ""), 0, a.last_error())
+        self.assertTrue(put.is_set(), "initialize published nothing")
+        self.assertEqual(b.initialize("127.0.0.1:17612", url, "tcp", ""), 0, b.last_error())
+        # b's segment is found through the server, and bytes move.
+        buf = bytearray(support.pattern(64 << 10, 5))
+        addr = support.buffer_address(buf)
+        self.assertEqual(a.register_memory(addr, len(buf)), 0)
+        dst = b.allocate_managed_buffer(len(buf))
+        self.assertEqual(a.transfer_sync_write("127.0.0.1:17612", addr, dst, len(buf)), 0, a.last_error())
+        self.assertEqual(b.read_bytes_from_buffer(dst, len(buf)), bytes(buf))
+
 
 if __name__ == "__main__":
     unittest.main()

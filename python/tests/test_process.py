@@ -61,6 +61,33 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(got["threads"], 1, "importing started threads")
         self.assertEqual(got["name"], "kvconnect.engine.TransferEngine")
 
+    def test_a_library_of_another_build_is_refused_clearly(self):
+        # KVCONNECT_LIBRARY naming a libkvconnect.so of an older release,
+        # which lacks a call this package makes.
+        import shutil
+        import tempfile
+        gcc = shutil.which("gcc") or shutil.which("cc")
+        if not gcc:
+            self.skipTest("no C compiler (gcc) to build a stand-in library")
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        src, so = os.path.join(d, "old.c"), os.path.join(d, "libkvconnect.so")
+        with open(src, "w") as f:
+            f.write('const char *kvc_version(void) { return "0.0.1"; }\n')
+        subprocess.run([gcc, "-shared", "-fPIC", "-o", so, src], check=True)
+        out = run_python(self, """
+            import kvconnect
+            e = kvconnect.TransferEngine()
+            try:
+                e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '')
+            except kvconnect.KVConnectError as err:
+                print(err)
+        """, env={**os.environ, "KVCONNECT_LIBRARY": so})
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(so, out.stdout)
+        self.assertIn("is not the library of this kvconnect package", out.stdout)
+        self.assertIn("unset KVCONNECT_LIBRARY", out.stdout)
+
     def test_fork_after_start_fails_clearly(self):
         out = run_python(self, """
             import logging

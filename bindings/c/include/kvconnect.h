@@ -134,6 +134,17 @@ int kvc_engine_initialize(kvc_engine e, const char *local_hostname, const char *
 int kvc_engine_initialize_ext(kvc_engine e, const char *local_hostname, const char *metadata,
                               const char *protocol, const char *device_name, const char *metadata_type);
 
+/* kvc_engine_initialize_ext without its re-read of the process environment:
+ * the engine starts with the environment as the library last read it (when
+ * it loaded, or at the last kvc_sync_environ). For a caller that can keep
+ * other threads from changing the environment only briefly, as a language
+ * runtime with a global lock: sync under that lock, then start without it,
+ * so the caller's other threads run while the engine starts (plugins, the
+ * fallback chain, the metadata service, which may be served by one of
+ * them). metadata_type may be NULL. */
+int kvc_engine_initialize_synced(kvc_engine e, const char *local_hostname, const char *metadata,
+                                 const char *protocol, const char *device_name, const char *metadata_type);
+
 /* Stops the engine: work in flight fails, plugin processes end, registered
  * memory goes back to the caller as it was, managed memory is unmapped.
  * Idempotent (closing again returns 0); calls with the handle afterwards
@@ -233,7 +244,9 @@ char *kvc_engine_topology(kvc_engine e, const char *device_name);
 /* Re-reads the process environment. The library reads it when it loads;
  * kvc_engine_initialize re-reads it too, so variables set (setenv) before
  * initialize apply. Call this after changing the environment while other
- * threads may be inside the library, from the thread that changed it. */
+ * threads may be inside the library, from the thread that changed it, and
+ * before kvc_engine_initialize_synced. It walks environ: no other thread may
+ * call setenv, putenv or unsetenv meanwhile. */
 int kvc_sync_environ(void);
 
 #ifdef __cplusplus

@@ -118,6 +118,26 @@ int main(int argc, char **argv) {
 	      "strict failure's JSON carries the attempts with their diagnosis: %s", kvc_last_error_json());
 	kvc_engine_close(s);
 
+	// kvc_engine_initialize_synced starts with the environment as last
+	// synced; kvc_sync_environ brings in what setenv changed since.
+	char plain[4096];
+	snprintf(plain, sizeof plain, "{\"plugin_dir\": \"%s\"}", argv[1]);
+	setenv("MC_MIN_RPC_PORT", "70000", 1);
+	kvc_engine u = kvc_engine_new();
+	CHECK(kvc_engine_set_defaults(u, plain) == 0, "defaults");
+	int rc = kvc_engine_initialize_synced(u, "127.0.0.1", "P2PHANDSHAKE", "tcp", "", NULL);
+	CHECK(rc == 0, "initialize_synced before kvc_sync_environ: %d (%s), want 0: it read the environment", rc, kvc_last_error());
+	kvc_engine_close(u);
+	CHECK(kvc_sync_environ() == 0, "sync_environ");
+	u = kvc_engine_new();
+	CHECK(kvc_engine_set_defaults(u, plain) == 0, "defaults");
+	rc = kvc_engine_initialize_synced(u, "127.0.0.1", "P2PHANDSHAKE", "tcp", "", NULL);
+	CHECK(rc == KVC_ERR_INVALID_ARGUMENT && strstr(kvc_last_error(), "MC_MIN_RPC_PORT"),
+	      "initialize_synced after kvc_sync_environ: %d (%s), want the MC_MIN_RPC_PORT set since", rc, kvc_last_error());
+	kvc_engine_close(u);
+	unsetenv("MC_MIN_RPC_PORT");
+	CHECK(kvc_sync_environ() == 0, "sync_environ");
+
 	kvc_engine a = start(argv[1]), b = start(argv[1]);
 	char *status = kvc_engine_status_json(a);
 	CHECK(status && strstr(status, "\"fallback\":true") && strstr(status, "\"transport\":\"tcp\""), "status after fallback: %s", status);
@@ -147,7 +167,7 @@ int main(int argc, char **argv) {
 	kvc_batch id = kvc_batch_submit(a, peer, KVC_OP_READ, &l, &r, &len, 1, -1);
 	CHECK(id != 0, "async READ submit");
 	int32_t st = -1;
-	int rc = kvc_batch_wait(a, id, 30000, &st, 1);
+	rc = kvc_batch_wait(a, id, 30000, &st, 1);
 	CHECK(rc == KVC_BATCH_DONE && st == KVC_STATUS_COMPLETED, "async READ: wait %d status %d", rc, st);
 	CHECK(memcmp((void *)(uintptr_t)theirs, src, n) == 0, "READ: bytes differ");
 	CHECK(kvc_batch_free(a, id) == 0, "free batch");

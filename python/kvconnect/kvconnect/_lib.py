@@ -41,6 +41,7 @@ _SIGNATURES = {
     "kvc_engine_set_defaults": (c_int, [u64, cstr]),
     "kvc_engine_initialize": (c_int, [u64, cstr, cstr, cstr, cstr]),
     "kvc_engine_initialize_ext": (c_int, [u64, cstr, cstr, cstr, cstr, cstr]),
+    "kvc_engine_initialize_synced": (c_int, [u64, cstr, cstr, cstr, cstr, cstr]),
     "kvc_engine_close": (c_int, [u64]),
     "kvc_engine_rpc_port": (c_int, [u64]),
     "kvc_engine_session_id": (owned, [u64]),
@@ -143,7 +144,14 @@ def _load():
             raise KVConnectError(f"kvconnect: loading {path}: {e}") from e
         for name, (restype, argtypes) in _SIGNATURES.items():
             for dll in (cdll, gdll):
-                fn = getattr(dll, name)
+                try:
+                    fn = getattr(dll, name)
+                except AttributeError:
+                    raise KVConnectError(
+                        f"kvconnect: {path} has no {name}: it is not the library of this kvconnect package "
+                        f"(an older or a different build); use the library of the same release "
+                        f"({'unset KVCONNECT_LIBRARY, or point it at ' if os.environ.get('KVCONNECT_LIBRARY') else ''}"
+                        "the wheel's own, or bin/libkvconnect.so from the same checkout after make build)") from None
                 fn.restype = restype
                 fn.argtypes = argtypes
         _gil_lib, _lib, _loaded_pid = gdll, cdll, os.getpid()

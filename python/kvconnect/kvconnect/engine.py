@@ -262,14 +262,18 @@ class TransferEngine:
         return self._initialize(local_hostname, metadata_server, protocol, device_name, metadata_type)
 
     def _initialize(self, local_hostname, metadata_server, protocol, device_name, metadata_type) -> int:
-        args = (_b(local_hostname), _b(metadata_server), _b(protocol), _b(device_name))
-        # The library reads the process environment first (variables set in
-        # os.environ since it loaded apply): with the GIL kept, so no Python
-        # thread changes the environment, and frees what it reads, meanwhile.
-        if metadata_type is None:
-            rc = self._call("kvc_engine_initialize", *args, keep_gil=True)
-        else:
-            rc = self._call("kvc_engine_initialize_ext", *args, _b(metadata_type), keep_gil=True)
+        args = (_b(local_hostname), _b(metadata_server), _b(protocol), _b(device_name), _b(metadata_type))
+        # The library reads the process environment (variables set in
+        # os.environ since it loaded apply) with the GIL kept, so no Python
+        # thread changes the environment, and frees what it walks, meanwhile.
+        # The engine then starts with the GIL released: other threads run
+        # while plugins start, the fallback chain runs and the metadata
+        # service answers (which may be a thread of this process).
+        try:
+            _lib.gil_lib().kvc_sync_environ()
+        except _lib.KVConnectForkedError:
+            pass  # said by the call below
+        rc = self._call("kvc_engine_initialize_synced", *args)
         if rc is None:
             return -1
         if rc != 0:
