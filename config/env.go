@@ -64,6 +64,8 @@ func (ld *loader) envLayer() {
 			} else if on {
 				l.set(ce.Key, entry{value: "none", source: "env " + ce.Name, text: true})
 			}
+		case "MC_LOG_LEVEL":
+			ld.mooncakeLogLevel(l, ce, v)
 		case "MC_FORCE_TCP":
 			on, valid := parseBool(v)
 			if !valid {
@@ -75,6 +77,8 @@ func (ld *loader) envLayer() {
 			l.set(ce.Key, entry{value: v, source: "env " + ce.Name, text: true, redisOnly: redisOnlyEnv[ce.Name]})
 		}
 	}
+
+	ld.mooncakeUnreadEnv()
 
 	var names []string
 	for name := range ld.env {

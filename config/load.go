@@ -50,6 +50,11 @@ type Options struct {
 	// Flags holds the flags registered by RegisterFlags; only flags the
 	// user set count.
 	Flags *pflag.FlagSet
+	// CallerEnv names environment variables the caller reads itself (the
+	// C library: MC_MIN_RPC_PORT and MC_MAX_RPC_PORT): Load does not warn
+	// that kvconnect leaves them unread, as it does for the other Mooncake
+	// Transfer Engine variables it has no counterpart for.
+	CallerEnv []string
 	// Catalog names the transports that are known (a name close to one of
 	// them is a typo); nil means the built-in transports (names.Builtin).
 	// A *transports.Catalog is one.

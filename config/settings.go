@@ -268,6 +268,7 @@ var compatEnvs = []CompatEnv{
 	{"MC_TCP_BIND_ADDRESS", "transports.tcp.bind_address", "Mooncake: local address the tcp transport binds"},
 	{"MC_TCP_PROTO", "transports.tcp.mooncake_proto", "Mooncake: 1 speaks Mooncake's TCP protocol v1 to Mooncake peers even when they advertise v2"},
 	{"MC_TRANSFER_TIMEOUT", "transfer_timeout", "Mooncake: transfer timeout in seconds"},
+	{"MC_LOG_LEVEL", "log_level", "Mooncake: TRACE or INFO, WARNING, ERROR (TRACE reads as debug)"},
 	{"MC_GID_INDEX", "transports.rdma.gid_index", "Mooncake: GID table index of the RDMA device (RoCE)"},
 	{"MC_IB_PORT", "transports.rdma.ib_port", "Mooncake: port of the RDMA device, from 1"},
 	{"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", "protocol", "SGLang: true selects protocol ascend, with transports.ascend.npu_id from ASCEND_NPU_PHY_ID"},

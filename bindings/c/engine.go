@@ -128,7 +128,7 @@ func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName,
 			opts = append(opts, connector.WithSegmentName(h.host))
 		}
 	}
-	loaded, err := config.Load(config.Options{Base: &base})
+	loaded, err := config.Load(config.Options{Base: &base, CallerEnv: rpcPortEnv})
 	if err != nil {
 		return codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: initialize: %w", err))
 	}
@@ -176,29 +176,40 @@ func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName,
 	return nil
 }
 
+// rpcPortEnv lists the variables rpcPortRange reads (config.Load is told
+// not to call them unread).
+var rpcPortEnv = []string{"MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_MIN_PRC_PORT", "MC_MAX_PRC_PORT"}
+
 // rpcPortRange is MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, Mooncake's P2P range.
+// As in Mooncake, MC_MIN_PRC_PORT and MC_MAX_PRC_PORT (its old spelling)
+// are read when the first spelling is unset.
 func rpcPortRange() (int, int, error) {
-	get := func(name string, def int) (int, error) {
+	get := func(name, old string, def int) (int, string, error) {
 		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
-			return def, nil
+			if v, ok = os.LookupEnv(old); ok && v != "" {
+				name = old
+			}
+		}
+		if !ok || v == "" {
+			return def, name, nil
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 65535 {
-			return 0, fmt.Errorf("kvconnect: %s=%q (environment): want a port number 1-65535: %w", name, v, connector.ErrInvalidArgument)
+			return 0, name, fmt.Errorf("kvconnect: %s=%q (environment): want a port number 1-65535: %w", name, v, connector.ErrInvalidArgument)
 		}
-		return n, nil
+		return n, name, nil
 	}
-	lo, err := get("MC_MIN_RPC_PORT", defaultMinRPCPort)
+	lo, loName, err := get("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT", defaultMinRPCPort)
 	if err != nil {
 		return 0, 0, err
 	}
-	hi, err := get("MC_MAX_RPC_PORT", defaultMaxRPCPort)
+	hi, hiName, err := get("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT", defaultMaxRPCPort)
 	if err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {
-		return 0, 0, fmt.Errorf("kvconnect: MC_MIN_RPC_PORT %d is above MC_MAX_RPC_PORT %d (environment): %w", lo, hi, connector.ErrInvalidArgument)
+		return 0, 0, fmt.Errorf("kvconnect: %s %d is above %s %d (environment): %w", loName, lo, hiName, hi, connector.ErrInvalidArgument)
 	}
 	return lo, hi, nil
 }

@@ -381,6 +381,23 @@ class InitializeTest(unittest.TestCase):
         self.assertFalse(st["fallback"])
         self.assertEqual([a["transport"] for a in st["attempts"]], ["tcp"], "MC_FORCE_TCP skips rdma")
 
+    def test_mooncake_old_port_spelling_and_unread_variables(self):
+        # Mooncake reads MC_MIN_PRC_PORT/MC_MAX_PRC_PORT when the RPC
+        # spelling is unset; a Mooncake variable kvconnect has no use for
+        # is said in the log, not silently dropped.
+        os.environ.update(MC_MIN_PRC_PORT="16200", MC_MAX_PRC_PORT="16220", MC_MTU="1024")
+        try:
+            with self.assertLogs("kvconnect", logging.WARNING) as logs:
+                e = started(self, "tcp")
+        finally:
+            for k in ("MC_MIN_PRC_PORT", "MC_MAX_PRC_PORT", "MC_MTU"):
+                del os.environ[k]
+        self.assertTrue(16200 <= e.get_rpc_port() <= 16220, e.get_rpc_port())
+        text = "\n".join(logs.output)
+        self.assertIn("MC_MTU", text)
+        self.assertIn("kvconnect does not read", text)
+        self.assertNotIn("PRC_PORT", text, "the library reads them")
+
     def test_a_metadata_server_in_this_process_answers_while_it_starts(self):
         # Mooncake's HTTP metadata protocol served by a thread of this very
         # process (a test harness, a one-process proxy): initialize publishes
