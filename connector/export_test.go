@@ -32,3 +32,13 @@ func MarkPeerStale(p *Peer) {
 
 // PeerReconnecting reports whether a reconnect of p is under way.
 func PeerReconnecting(p *Peer) bool { return len(p.refresh) == 1 }
+
+// SetAfterDeliver makes every node run f between delivering a notification
+// and answering it, for a test, and returns a function that puts it back.
+func SetAfterDeliver(f func(*Connector)) func() {
+	old := testAfterDeliver.Swap(&f)
+	return func() { testAfterDeliver.Store(old) }
+}
+
+// Closing is closed when c's Shutdown begins.
+func Closing(c *Connector) <-chan struct{} { return c.closing }

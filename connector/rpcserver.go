@@ -1,11 +1,13 @@
 package connector
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -129,9 +131,9 @@ func (s *rpcServer) handle(nc net.Conn) {
 		defer f.release()
 	}
 	s.mu.Lock()
-	if _, ok := s.conns[nc]; !ok && s.busy != nil {
+	if _, ok := s.conns[nc]; !ok {
 		s.mu.Unlock()
-		return // evicted
+		return // evicted, or cut by close while it was still being read
 	}
 	delete(s.conns, nc)
 	if s.busy != nil {
@@ -196,6 +198,9 @@ func (s *rpcServer) handle(nc net.Conn) {
 			}
 			return
 		}
+		if f := testAfterDeliver.Load(); f != nil {
+			(*f)(s.c)
+		}
 		writeFrame(nc, frameNotify, marshal(notifyReply{NotifyMsg: "success"}))
 	case frameProbe:
 		writeFrame(nc, frameProbe, marshal(probeReply{Status: "success", Name: s.c.session, Time: time.Now().UTC().Format(time.RFC3339Nano)}))
@@ -216,20 +221,53 @@ func (s *rpcServer) replyError(nc net.Conn, err error) {
 	writeFrame(nc, frameError, marshal(errorReply{Error: err.Error(), Kind: kindOf(err)}))
 }
 
-func (s *rpcServer) close() {
+// testAfterDeliver, when set by a test, runs between a notification's
+// delivery and its answer.
+var testAfterDeliver atomic.Pointer[func(*Connector)]
+
+// closeGrace bounds how long close lets requests already read be
+// answered before it cuts their connections.
+const closeGrace = time.Second
+
+// close stops the server. Connections still reading their request are
+// cut; a request already read is answered first (a notification the
+// application has received gets its "success", so the sender does not
+// see an error for a message that arrived), for at most closeGrace or
+// until ctx ends, whichever is first.
+func (s *rpcServer) close(ctx context.Context) {
 	s.ln.Close()
 	s.mu.Lock()
-	conns := make([]net.Conn, 0, len(s.conns)+len(s.busy))
+	idle := make([]net.Conn, 0, len(s.conns))
 	for nc := range s.conns {
-		conns = append(conns, nc)
+		idle = append(idle, nc)
 	}
-	for nc := range s.busy {
-		conns = append(conns, nc)
-	}
-	s.conns, s.busy = nil, nil
+	s.conns = nil // serve closes what it accepts from now on
 	s.mu.Unlock()
-	for _, nc := range conns {
+	for _, nc := range idle {
 		nc.Close()
 	}
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	busy := make([]net.Conn, 0, len(s.busy))
+	for nc := range s.busy {
+		busy = append(busy, nc)
+	}
+	s.busy = nil
+	s.mu.Unlock()
+	for _, nc := range busy {
+		nc.Close()
+	}
+	<-done
 }

@@ -22,7 +22,9 @@ func (c *Connector) Close() error {
 	return c.Shutdown(ctx)
 }
 
-// Shutdown stops the node: it stops answering handshakes, fails work in
+// Shutdown stops the node: it stops answering handshakes (a request
+// already read, such as a notification the application has received, is
+// still answered, for at most a second), fails work in
 // flight with ErrClosed, disconnects peers, closes the transports (ending
 // their plugin processes), releases every region and waits for its
 // goroutines, all bounded by ctx (each transport's close also by 10 s).
@@ -50,7 +52,7 @@ func (c *Connector) Shutdown(ctx context.Context) error {
 	defer close(c.shutdownDone)
 
 	if c.rpc != nil {
-		c.rpc.close()
+		c.rpc.close(ctx)
 	}
 	// Remove this node's keys first: peers resolving it learn it is gone.
 	metaErr := c.closeMetadata(ctx)

@@ -272,10 +272,8 @@ func runPrefill(ctx context.Context, cfg connector.Config, lay layout, session s
 
 // runDecode runs the decode node until prefill's kv_done notification has
 // been verified, then, when hold is not nil, until hold ends (EOF): the
-// node receives the notification before its answer to prefill's Notify
-// is written, and closing the node at once can cut that answer off
-// (prefill's Notify then fails with EOF although decode got it), so the
-// demo keeps it open until prefill is done.
+// demo keeps the node up until prefill has printed its summary. Closing
+// at once is safe too: Close still answers a notification it delivered.
 func runDecode(ctx context.Context, cfg connector.Config, lay layout, hold io.Reader, log *zap.Logger) error {
 	c, err := connector.New(ctx, cfg, connector.WithLogger(log))
 	if err != nil {
