@@ -16,18 +16,20 @@ import (
 var mooncakeLogLevels = map[string]string{"TRACE": "debug", "INFO": "info", "WARNING": "warn", "ERROR": "error"}
 
 const (
-	hintRDMA     = "Mooncake's RDMA tuning; kvconnect's rdma transport takes transports.rdma.gid_index and transports.rdma.ib_port (MC_GID_INDEX, MC_IB_PORT) and sizes its queues itself"
+	hintRDMA     = "Mooncake's RDMA tuning; kvconnect's rdma transport runs on UCX: transports.rdma.ucx_config takes UCX's variables for it (IB_TRAFFIC_CLASS, IB_SL, ...; docs/RDMA.md, docs/UCX.md), beside transports.rdma.gid_index and ib_port (MC_GID_INDEX, MC_IB_PORT)"
 	hintTCPConns = "kvconnect's tcp transport always keeps persistent connections to a peer: transports.tcp.connections of them (KVCONNECT_TRANSPORTS__TCP__CONNECTIONS)"
 	hintSlice    = "kvconnect's tcp transport splits requests into transports.tcp.chunk_size pieces (KVCONNECT_TRANSPORTS__TCP__CHUNK_SIZE)"
 	hintTimeout  = "a batch is bounded by transfer_timeout (MC_TRANSFER_TIMEOUT), one tcp request by transports.tcp.op_timeout"
 	hintMetaSync = "kvconnect reads a peer's segment descriptor when it connects and again whenever it reconnects"
 	hintMetrics  = "kvconnect exports Prometheus metrics at metrics_address (KVCONNECT_METRICS_ADDRESS), docs/OBSERVABILITY.md"
-	hintRPCPorts = "read by the C library and the Python engine in P2PHANDSHAKE mode; this program binds rpc_port (KVCONNECT_RPC_PORT; 0 = any free port)"
+	hintRPCPorts = "read by the C library and the Python engine, which pick their RPC port in this range; this program binds rpc_port (KVCONNECT_RPC_PORT; 0 = any free port)"
 	hintNone     = ""
 )
 
 // mooncakeUnread lists the Mooncake Transfer Engine variables kvconnect
-// does not read, each with what kvconnect has instead ("" = nothing).
+// does not read (those of Mooncake's source, transfer engine and common
+// code, in December 2026), each with what kvconnect has instead ("" =
+// nothing). Other MC_* variables (Mooncake Store's, say) are left alone.
 var mooncakeUnread = map[string]string{
 	"MC_HANDSHAKE_PORT":                       "kvconnect's handshake listens on rpc_port (KVCONNECT_RPC_PORT); in P2PHANDSHAKE mode the C library and the Python engine pick it in MC_MIN_RPC_PORT..MC_MAX_RPC_PORT",
 	"MC_HANDSHAKE_CONNECT_TIMEOUT":            "connecting and the handshake are bounded by connect_timeout (KVCONNECT_CONNECT_TIMEOUT)",
@@ -90,7 +92,7 @@ var mooncakeUnread = map[string]string{
 	"MC_TRACK_RDMA_POSTED_SLICES":             hintRDMA,
 	"MC_LOG_RDMA_SLICE_AFFINITY":              hintRDMA,
 	"MC_CUSTOM_TOPO_JSON":                     hintRDMA,
-	"MC_EFA_NIC_SELECTION":                    "kvconnect's efa transport takes transports.efa.provider",
+	"MC_EFA_NIC_SELECTION":                    "kvconnect's efa transport uses one EFA device: the first of device_name, or transports.efa.domain",
 	"MC_USE_TENT":                             hintNone,
 	"MC_USE_TEV1":                             hintNone,
 	"MC_USE_NVLINK_IPC":                       hintNone,
@@ -120,6 +122,20 @@ var mooncakeUnread = map[string]string{
 	"MC_UBSHMEM_GET_STREAM_TIMEOUT":           hintNone,
 	"MC_CXL_DEV_PATH":                         hintNone,
 	"MC_CXL_DEV_SIZE":                         hintNone,
+	"MC_DISABLE_GPU_DIRECT_RDMA":              hintNone,
+	"MC_EFA_CQ_THREADS":                       hintNone,
+	"MC_ENABLE_MNNVL":                         hintNone,
+	"MC_INTRA_NVLINK":                         hintNone,
+	"MC_FORCE_SHM":                            hintNone,
+	"MC_USE_RDMA_TWOSIDED":                    hintRDMA,
+	"MC_CONTEXT_PAUSE_TTL_MS":                 hintRDMA,
+	"MC_RPC_CLIENT_IO_THREADS":                hintNone,
+	"MC_TE_RPC_CLIENT_IO_THREADS":             hintNone,
+	"MC_TENT_CONF":                            hintNone,
+	"MC_TENT_RPC_THREADS":                     hintNone,
+	"MC_TE_FILTERS_EXCLUDE":                   hintNone,
+	"MC_TPU_PJRT_LIB":                         hintNone,
+	"MC_YLT_LOG_LEVEL":                        hintNone,
 }
 
 // mooncakeLogLevel sets log_level from MC_LOG_LEVEL. Mooncake ignores a

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,6 +25,8 @@ import (
 // never across a transfer.
 type engine struct {
 	id uint64
+
+	starting atomic.Bool // initialize runs (node fails rather than waits)
 
 	mu       sync.Mutex
 	defaults config.Config // kvc_engine_set_defaults
@@ -53,7 +55,16 @@ func newEngine(id uint64) *engine {
 
 // node returns the running node, or why there is none.
 func (e *engine) node() (*connector.Connector, error) {
-	e.mu.Lock()
+	if !e.mu.TryLock() {
+		// A call made while the engine starts fails at once rather than
+		// waiting out the start: the caller may hold a lock the start
+		// needs (Python's GIL, kept by register_memory, while a thread of
+		// the same process serves the metadata the start publishes).
+		if e.starting.Load() {
+			return nil, codeErr(codeNotInitialized, fmt.Errorf("kvconnect: engine %d is not initialized yet: its initialize is under way in another thread; wait for it to return", e.id))
+		}
+		e.mu.Lock()
+	}
 	defer e.mu.Unlock()
 	switch {
 	case e.closed:
@@ -90,6 +101,8 @@ const (
 func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName, metadataType string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.starting.Store(true)
+	defer e.starting.Store(false)
 	if e.closed {
 		return codeErr(codeClosed, fmt.Errorf("kvconnect: engine %d is closed", e.id))
 	}
@@ -128,22 +141,28 @@ func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName,
 			opts = append(opts, connector.WithSegmentName(h.host))
 		}
 	}
-	loaded, err := config.Load(config.Options{Base: &base, CallerEnv: rpcPortEnv})
+	// One view of the environment for the whole start: another thread's
+	// kvc_sync_environ may run meanwhile (Python starts engines without
+	// the GIL).
+	env := environSnapshot()
+	loaded, err := config.Load(config.Options{Base: &base, Environ: env, CallerEnv: rpcPortEnv})
 	if err != nil {
 		return codeErr(codeInvalidArgument, fmt.Errorf("kvconnect: initialize: %w", err))
 	}
 	cfg := loaded.Config
 	if cfg.RPCPort == 0 {
-		lo, hi, err := rpcPortRange()
+		lo, hi, err := rpcPortRange(env)
 		if err != nil {
 			return codeErr(codeInvalidArgument, err)
 		}
 		opts = append(opts, connector.WithRPCPortRange(lo, hi))
 	}
 	level := loaded.LogLevel
-	if loaded.Source("log_level") == "default" {
+	if src := loaded.Source("log_level"); src == "default" || (src == "env MC_LOG_LEVEL" && level != "debug") {
 		// The Python package (or the C caller) reports what matters;
-		// the node's own log is for those who ask for it.
+		// the node's own log is for those who ask for it. Mooncake's
+		// MC_LOG_LEVEL (INFO in many SGLang scripts) tunes Mooncake's
+		// own chatter: only its TRACE asks this library for more.
 		level = "error"
 	}
 	log, err := logging.New(level, loaded.LogFormat)
@@ -180,36 +199,45 @@ func (e *engine) initialize(localHostname, metadataServer, protocol, deviceName,
 // not to call them unread).
 var rpcPortEnv = []string{"MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_MIN_PRC_PORT", "MC_MAX_PRC_PORT"}
 
-// rpcPortRange is MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, Mooncake's P2P range.
-// As in Mooncake, MC_MIN_PRC_PORT and MC_MAX_PRC_PORT (its old spelling)
-// are read when the first spelling is unset.
-func rpcPortRange() (int, int, error) {
+// rpcPortRange is MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, Mooncake's P2P range,
+// from env (KEY=VALUE). As in Mooncake, MC_MIN_PRC_PORT and
+// MC_MAX_PRC_PORT (its old spelling) are read when the first spelling is
+// unset.
+func rpcPortRange(env []string) (int, int, error) {
+	lookup := func(name string) string {
+		for i := len(env) - 1; i >= 0; i-- {
+			if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+				return v
+			}
+		}
+		return ""
+	}
 	get := func(name, old string, def int) (int, string, error) {
-		v, ok := os.LookupEnv(name)
-		if !ok || v == "" {
-			if v, ok = os.LookupEnv(old); ok && v != "" {
+		v := lookup(name)
+		if v == "" {
+			if v = lookup(old); v != "" {
 				name = old
 			}
 		}
-		if !ok || v == "" {
-			return def, name, nil
+		if v == "" {
+			return def, fmt.Sprintf("%d (the default of %s)", def, name), nil
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 65535 {
-			return 0, name, fmt.Errorf("kvconnect: %s=%q (environment): want a port number 1-65535: %w", name, v, connector.ErrInvalidArgument)
+			return 0, "", fmt.Errorf("kvconnect: %s=%q (environment): want a port number 1-65535: %w", name, v, connector.ErrInvalidArgument)
 		}
-		return n, name, nil
+		return n, fmt.Sprintf("%d (environment %s)", n, name), nil
 	}
-	lo, loName, err := get("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT", defaultMinRPCPort)
+	lo, loText, err := get("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT", defaultMinRPCPort)
 	if err != nil {
 		return 0, 0, err
 	}
-	hi, hiName, err := get("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT", defaultMaxRPCPort)
+	hi, hiText, err := get("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT", defaultMaxRPCPort)
 	if err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {
-		return 0, 0, fmt.Errorf("kvconnect: %s %d is above %s %d (environment): %w", loName, lo, hiName, hi, connector.ErrInvalidArgument)
+		return 0, 0, fmt.Errorf("kvconnect: the RPC port range is empty: its low end %s is above its high end %s: %w", loText, hiText, connector.ErrInvalidArgument)
 	}
 	return lo, hi, nil
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/kvconnect/kvconnect/connector"
@@ -450,12 +451,26 @@ func kvcgo_engine_topology(h C.uint64_t, dev *C.char) *C.char {
 	return cString(js)
 }
 
+// envMu makes kvcgo_sync_environ's update of Go's environment one step
+// for environSnapshot.
+var envMu sync.Mutex
+
+// environSnapshot is Go's copy of the environment, never half way through
+// a kvcgo_sync_environ.
+func environSnapshot() []string {
+	envMu.Lock()
+	defer envMu.Unlock()
+	return os.Environ()
+}
+
 // kvcgo_sync_environ makes Go's copy of the environment (read when the
 // library loaded) equal to the process's environment now: variables a
 // program set or removed since then apply to what starts next.
 //
 //export kvcgo_sync_environ
 func kvcgo_sync_environ() C.int {
+	envMu.Lock()
+	defer envMu.Unlock()
 	now := map[string]string{}
 	for i := C.size_t(0); ; i++ {
 		p := C.environ_at(i)

@@ -404,43 +404,8 @@ class InitializeTest(unittest.TestCase):
         # the segment there, so it must let other Python threads run. It used
         # to keep the GIL throughout: the PUT waited for a thread that could
         # not run, and initialize failed when the request timed out.
-        import http.server
-        from urllib.parse import parse_qs, urlparse
-        store, put = {}, threading.Event()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _key(self):
-                return parse_qs(urlparse(self.path).query).get("key", [""])[0]
-
-            def _answer(self, code, body=b""):
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                v = store.get(self._key())
-                self._answer(404 if v is None else 200, v or b"")
-
-            def do_PUT(self):
-                store[self._key()] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                put.set()
-                self._answer(200)
-
-            def do_DELETE(self):
-                store.pop(self._key(), None)
-                self._answer(200)
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        t = threading.Thread(target=server.serve_forever, daemon=True)
-        t.start()
-        self.addCleanup(t.join)
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        url = f"http://127.0.0.1:{server.server_address[1]}/metadata"
+        put = threading.Event()
+        url = metadata_server(self, lambda: put.set())
         a, b = TransferEngine(), TransferEngine()
         self.addCleanup(a.close)
         self.addCleanup(b.close)
@@ -455,6 +420,83 @@ class InitializeTest(unittest.TestCase):
         self.assertEqual(a.transfer_sync_write("127.0.0.1:17612", addr, dst, len(buf)), 0, a.last_error())
         self.assertEqual(b.read_bytes_from_buffer(dst, len(buf)), bytes(buf))
 
+    def test_register_while_it_starts_fails_at_once(self):
+        # register_memory keeps the GIL; called while another thread's
+        # initialize runs, it used to wait for that start holding the GIL,
+        # so a metadata server in this process could not answer the start.
+        # It now fails at once, saying why.
+        arrived, release = threading.Event(), threading.Event()
+
+        def on_put():
+            arrived.set()
+            release.wait(60)
+
+        url = metadata_server(self, on_put)
+        e = TransferEngine()
+        self.addCleanup(e.close)
+        rc = []
+        t = threading.Thread(target=lambda: rc.append(e.initialize("127.0.0.1:17613", url, "tcp", "")))
+        t.start()
+        self.addCleanup(t.join)
+        self.addCleanup(release.set)
+        self.assertTrue(arrived.wait(60), "initialize never reached the metadata server")
+        buf = bytearray(4096)
+        with self.assertLogs("kvconnect", logging.ERROR):
+            self.assertEqual(e.register_memory(support.buffer_address(buf), len(buf)), -1)
+        self.assertIn("initialize is under way", e.last_error())
+        release.set()
+        t.join(60)
+        self.assertEqual(rc, [0], e.last_error())
+        self.assertEqual(e.register_memory(support.buffer_address(buf), len(buf)), 0, e.last_error())
+        self.assertEqual(e.unregister_memory(support.buffer_address(buf)), 0, e.last_error())
+
+
+def metadata_server(case, on_put=None):
+    """Mooncake's HTTP metadata protocol (GET/PUT/DELETE ?key=) served by a
+    thread of this process; its URL. on_put runs at each PUT, before the
+    answer."""
+    import http.server
+    from urllib.parse import parse_qs, urlparse
+    store = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _key(self):
+            return parse_qs(urlparse(self.path).query).get("key", [""])[0]
+
+        def _answer(self, code, body=b""):
+            try:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a request given up on: a renewal cut short by close
+
+        def do_GET(self):
+            v = store.get(self._key())
+            self._answer(404 if v is None else 200, v or b"")
+
+        def do_PUT(self):
+            store[self._key()] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if on_put:
+                on_put()
+            self._answer(200)
+
+        def do_DELETE(self):
+            store.pop(self._key(), None)
+            self._answer(200)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    case.addCleanup(t.join)
+    case.addCleanup(server.server_close)
+    case.addCleanup(server.shutdown)
+    return f"http://127.0.0.1:{server.server_address[1]}/metadata"
 
 if __name__ == "__main__":
     unittest.main()

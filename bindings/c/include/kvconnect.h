@@ -136,7 +136,8 @@ int kvc_engine_initialize_ext(kvc_engine e, const char *local_hostname, const ch
 
 /* kvc_engine_initialize_ext without its re-read of the process environment:
  * the engine starts with the environment as the library last read it (when
- * it loaded, or at the last kvc_sync_environ). For a caller that can keep
+ * it loaded, at the last kvc_sync_environ, or at another engine's
+ * kvc_engine_initialize or _ext, which re-read it). For a caller that can keep
  * other threads from changing the environment only briefly, as a language
  * runtime with a global lock: sync under that lock, then start without it,
  * so the caller's other threads run while the engine starts (plugins, the
