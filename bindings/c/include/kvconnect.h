@@ -172,6 +172,8 @@ char *kvc_engine_status_json(kvc_engine e);
  * Private memory is moved, in place, into shared memory so a transport
  * plugin process can reach it without copies (docs/C-API.md explains the
  * page rule: the first and last page may hold other data, copied along).
+ * Moving replaces the pages: register memory before another driver pins it
+ * for DMA (cudaHostRegister, ibv_reg_mr), which would keep the old pages.
  * Overlap with a registered range: KVC_ERR_ADDRESS_OVERLAPPED. */
 int kvc_register_memory(kvc_engine e, uint64_t addr, uint64_t length);
 /* Registers n ranges at once, all or none, one round trip per transport. */
