@@ -284,7 +284,7 @@ func (t *Transport) send(ctx context.Context, p *peer, slot int, ch *chunk, dire
 				if testAfterLoneWrite != nil {
 					testAfterLoneWrite()
 				}
-				c.readOwn(ctx, sent)
+				c.readOwn(ctx, ch, sent)
 			}
 			return
 		}

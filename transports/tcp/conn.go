@@ -60,9 +60,17 @@ type conn struct {
 	// in the poller (armOnWait): a response caught spinning allocates
 	// nothing for it. The holder of reading's.
 	ownCtx   context.Context
+	ownCh    *chunk        // the lone chunk whose response readOwn reads
 	ownStop  func() bool   // the registration's stop, once registered
 	ownFired chan struct{} // closed when ownWake has run
 	ownWake  func()        // made once per conn: stops the read
+	// The same for a lone chunk's own write (enqueue), registered when
+	// the write is about to wait for room in the socket. The holder of
+	// writing's.
+	wCtx   context.Context
+	wStop  func() bool
+	wFired chan struct{}
+	wWake  func()
 
 	progress  atomic.Uint64 // responses received; read by the watchdog
 	lastSeen  uint64        // watchdog-only
@@ -87,6 +95,10 @@ func newConn(p *peer, nc net.Conn) *conn {
 		c.fr.spinStop.Store(true)
 		c.nc.SetReadDeadline(time.Unix(1, 0))
 		close(c.ownFired)
+	}
+	c.wWake = func() {
+		c.nc.SetWriteDeadline(time.Unix(1, 0))
+		close(c.wFired)
 	}
 	c.cond.L = &c.mu
 	c.rcond.L = &c.mu
@@ -149,7 +161,27 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 	if d, ok := ctx.Deadline(); ok {
 		c.nc.SetWriteDeadline(d)
 	}
+	// A cancellation (a batch freed, CancelTransfer) ends a write that
+	// waits for room as the deadline does: registered only when the write
+	// must wait, so one that finds room costs nothing more.
+	if c.fw.raw != nil && ctx.Done() != nil {
+		c.wCtx = ctx
+		c.fw.raw.onWait, c.fw.raw.armW = c, true
+	}
+	if testBeforeLoneWrite != nil {
+		testBeforeLoneWrite(c.nc)
+	}
 	werr := c.write([]*chunk{ch})
+	if c.fw.raw != nil {
+		c.fw.raw.onWait, c.fw.raw.armW = nil, false
+	}
+	c.wCtx = nil
+	if c.wStop != nil {
+		if !c.wStop() {
+			<-c.wFired
+		}
+		c.wStop, c.wFired = nil, nil
+	}
 	c.nc.SetWriteDeadline(time.Time{})
 	c.mu.Lock()
 	c.writing = false
@@ -162,9 +194,58 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 		c.cond.Broadcast()
 	}
 	if werr != nil {
-		c.fail(c.p.brokenErr("send", werr))
+		if ctxEnded(ctx) != nil {
+			c.cut(ctx, ch)
+		} else {
+			c.fail(c.p.brokenErr("send", werr))
+		}
 	}
 	return true, selfRead
+}
+
+// receiveErr is what a failed receive breaks c with: when readOwn reads
+// a lone chunk's response and the chunk's context ended (readOwn's
+// deadline or cancellation cut the read), that end (cutErr); otherwise
+// the peer's loss.
+func (c *conn) receiveErr(err error) error {
+	if c.ownCtx != nil && ctxEnded(c.ownCtx) != nil {
+		return c.cutErr(c.ownCtx, c.ownCh)
+	}
+	return c.p.brokenErr("receive", err)
+}
+
+// ctxEnded is ctx's error, or context.DeadlineExceeded once its deadline
+// has passed: a socket deadline set from it may fire before the context's
+// own timer does.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// cut breaks c because the context of ch, a lone chunk its caller writes
+// or reads itself, ended mid-request: ch's batch reports the context's
+// end, and the other requests on c fail as a give-up's collateral
+// (ErrCanceled: retry them), not as a lost peer. The holder of writing's
+// or reading's.
+func (c *conn) cut(ctx context.Context, ch *chunk) {
+	c.fail(c.cutErr(ctx, ch))
+}
+
+// cutErr marks ch's batch given up on (its ops failed by the cut report
+// ctx's end) and returns the error that fails c's requests.
+func (c *conn) cutErr(ctx context.Context, ch *chunk) error {
+	b := ch.st.b
+	b.mu.Lock()
+	if b.gaveUp == nil {
+		b.gaveUp = fmt.Errorf("tcp: batch to peer %s: %w", c.p.name, plugins.ContextError(ctxEnded(ctx)))
+	}
+	b.mu.Unlock()
+	return fmt.Errorf("tcp: request to peer %s aborted: %w: %w", c.p.name, errGivenUp, plugins.ErrCanceled)
 }
 
 // readOwn reads the response to the caller's lone chunk, which enqueue
@@ -175,7 +256,7 @@ func (c *conn) enqueue(ctx context.Context, ch *chunk, direct bool) (ok, selfRea
 // on); when it ends mid-response, the connection breaks. sent is when the
 // caller began sending the chunk: the wait its peer's Chooser observes
 // runs from there (lonespin.go).
-func (c *conn) readOwn(ctx context.Context, sent time.Time) {
+func (c *conn) readOwn(ctx context.Context, ch *chunk, sent time.Time) {
 	// Spin for the response first (lonespin.go), never past ctx's
 	// deadline, and not when the batch's completion is polled already;
 	// ctx's end stops the spin (set up before the hook below, which may
@@ -189,7 +270,7 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 	if d, ok := ctx.Deadline(); ok {
 		c.nc.SetReadDeadline(d)
 	}
-	c.ownCtx = ctx
+	c.ownCtx, c.ownCh = ctx, ch
 	if c.fr.raw != nil {
 		// Registered by armOnWait when a read is about to wait. A
 		// cancellation during the spin before it ends the spin at its
@@ -202,7 +283,7 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 	if c.fr.raw != nil {
 		c.fr.raw.onWait, c.fr.raw.armR = nil, false
 	}
-	c.ownCtx = nil
+	c.ownCtx, c.ownCh = nil, nil
 	c.fr.spinUntil = time.Time{}
 	if err == nil {
 		took := time.Since(sent)
@@ -238,9 +319,17 @@ func (c *conn) readOwn(ctx context.Context, sent time.Time) {
 // armOnWait registers what ends readOwn's read when its context ends
 // (rawIO.onWait: the read is about to wait in the poller; on a platform
 // without raw reads, readOwn calls it before reading). A context that
-// cannot end needs nothing. Reads only; the holder of reading's.
+// cannot end needs nothing. For a write (enqueue's own), the same with
+// wCtx; the holder of reading's, or of writing's.
 func (c *conn) armOnWait(write bool) {
-	if write || c.ownStop != nil || c.ownCtx == nil || c.ownCtx.Done() == nil {
+	if write {
+		if c.wStop == nil && c.wCtx != nil && c.wCtx.Done() != nil {
+			c.wFired = make(chan struct{})
+			c.wStop = context.AfterFunc(c.wCtx, c.wWake)
+		}
+		return
+	}
+	if c.ownStop != nil || c.ownCtx == nil || c.ownCtx.Done() == nil {
 		return
 	}
 	c.ownFired = make(chan struct{})
@@ -457,7 +546,7 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 			return false, false, fmt.Errorf("%w: %w", errNoResponseYet, c.p.brokenErr("receive", err))
 		}
-		return n > 0, false, c.p.brokenErr("receive", err)
+		return n > 0, false, c.receiveErr(err)
 	}
 	if err := h.Decode(hb[:]); err != nil {
 		return true, false, fmt.Errorf("tcp: peer %s sent a malformed response: %v: %w", c.p.name, err, plugins.ErrProtocol)
@@ -493,7 +582,7 @@ func (c *conn) readOne(release bool) (started, released bool, err error) {
 	}
 	if ch.op == wire.OpRead {
 		if _, err := c.fr.payload(ch.local); err != nil {
-			err = c.brokenBy(c.p.brokenErr("receive", err))
+			err = c.brokenBy(c.receiveErr(err))
 			ch.complete(err)
 			return true, false, err
 		}

@@ -54,7 +54,7 @@ func (c *conn) readGroup(g *wire.Header, release bool) (released bool, err error
 	}
 	if len(mems) > 0 {
 		if _, err := c.fr.payloads(mems); err != nil {
-			err = c.brokenBy(c.p.brokenErr("receive", err))
+			err = c.brokenBy(c.receiveErr(err))
 			completeAll(chs, err)
 			return false, err
 		}

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"net"
 	"time"
 )
 
@@ -37,6 +38,10 @@ const maxLoneSpin = 100 * time.Microsecond
 // testAfterLoneWrite, when set by a test, runs between a lone op's
 // write and its read: a caller descheduled there.
 var testAfterLoneWrite func()
+
+// testBeforeLoneWrite, when set by a test, runs just before a lone op's
+// caller writes its request itself (conn.enqueue), with the connection.
+var testBeforeLoneWrite func(net.Conn)
 
 // EnvLoneSpin is the tuning knob fixing the lone op's spin: a Go
 // duration, or 0 for none (a measurement aid, like the rings' knobs).

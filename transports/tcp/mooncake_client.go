@@ -321,9 +321,18 @@ func (p *mcPeer) request(ctx context.Context, c *mcChunk) error {
 		deadline = d
 	}
 	l.nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { l.nc.SetDeadline(time.Now()) })
-	err = p.exchange(l, c)
-	stop()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		l.nc.SetDeadline(time.Now())
+		close(fired)
+	})
+	err = p.exchange(ctx, l, c)
+	if !stop() && ctx.Done() != nil {
+		// The callback runs, or ran: let it finish before the lane's
+		// deadline is cleared below and the lane goes to another request,
+		// which a late one would cut.
+		<-fired
+	}
 	if err != nil {
 		p.release(l, true)
 		if ctx.Err() != nil {
@@ -347,7 +356,7 @@ func (p *mcPeer) request(ctx context.Context, c *mcChunk) error {
 }
 
 // exchange sends one request and reads its answer.
-func (p *mcPeer) exchange(l *mcLane, c *mcChunk) error {
+func (p *mcPeer) exchange(ctx context.Context, l *mcLane, c *mcChunk) error {
 	var hb [mcwire.HeaderSize]byte
 	mcwire.Header{Size: uint64(len(c.mem)), Addr: c.addr, Write: c.write, V2: p.v2}.Encode(&hb)
 	out := net.Buffers{hb[:]}
@@ -367,7 +376,7 @@ func (p *mcPeer) exchange(l *mcLane, c *mcChunk) error {
 		out = append(out, rb[:])
 	}
 	if _, err := out.WriteTo(l.nc); err != nil {
-		if c.write && p.v2 {
+		if c.write && p.v2 && ctx.Err() == nil {
 			// Mooncake's v2 server rejects a WRITE (a stale descriptor)
 			// by sending its status and closing without reading the
 			// payload, which resets the connection under this write. The

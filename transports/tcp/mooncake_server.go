@@ -72,7 +72,7 @@ func (tc *targetConn) serveMooncake(first [mcwire.HeaderSize]byte, have int) {
 		}
 		// A connection's first request is always looked at (pool off:
 		// every request); on a pooled one, at most once a millisecond.
-		if h.Write && sc.due() && tc.gaveUp(h.V2) {
+		if h.Write && sc.due(h.Size) && tc.gaveUp(h.V2) {
 			// The initiator gave up on this WRITE before it was read (this
 			// process was stopped, say): it has failed there, and applying
 			// it now would overwrite what was written since. A v2 client

@@ -218,7 +218,7 @@ func (tc *targetConn) request(fr *frameReader, fw *frameWriter, h *wire.Header, 
 			// A payload that is not buffered yet is read under a deadline,
 			// so a peer that dies mid-write cannot hold the region (and a
 			// Deregister waiting for it) until TCP keepalive gives up.
-			if sc.due() && abandoned(tc.nc) {
+			if sc.due(h.Length) && abandoned(tc.nc) {
 				// The initiator has failed this WRITE already.
 				e.Release()
 				t.served.op(true, resFailed, h.Length)

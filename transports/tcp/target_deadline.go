@@ -77,24 +77,35 @@ func (d *connDeadlines) readHeader(nc net.Conn, r io.Reader, hb []byte) error {
 }
 
 // stateCheck rate-limits looking at a connection's TCP state (a system
-// call, abandoned) to once per stateCheckEvery of wall time: a target
-// that was stopped looks at the first request it reads when it runs
-// again (the clock moved on meanwhile), and a busy one applies at most
-// that much of requests after the initiator's FIN arrived (the initiator
-// fails requests after op_timeout, seconds, before it closes).
+// call, abandoned) to once per stateCheckEvery of wall time or
+// stateCheckBytes of WRITE payload, whichever comes first: a target that
+// was stopped looks at the first request it reads when it runs again
+// (the clock moved on meanwhile), and a busy one applies at most that
+// much after the initiator's reset arrived (an initiator resets a
+// connection the moment it gives up on a batch with requests on it, and
+// Transfer returns right after: the caller may write the same place
+// again at once, over another connection). Bytes already read into the
+// target when the reset arrives (one request or group being applied)
+// still land: the bound is the check's spacing plus one of those.
 type stateCheck struct {
-	last time.Time
+	last  time.Time
+	bytes uint64 // WRITE payload since the last look
 }
 
-const stateCheckEvery = time.Millisecond
+const (
+	stateCheckEvery = time.Millisecond
+	stateCheckBytes = 256 << 10
+)
 
-// due reports whether to look now, and if so counts it as looked.
-func (c *stateCheck) due() bool {
+// due reports whether to look now, before applying a WRITE payload of n
+// bytes, and if so counts it as looked.
+func (c *stateCheck) due(n uint64) bool {
 	now := time.Now()
-	if !c.last.IsZero() && now.Sub(c.last) < stateCheckEvery {
+	c.bytes += n
+	if !c.last.IsZero() && now.Sub(c.last) < stateCheckEvery && c.bytes < stateCheckBytes {
 		return false
 	}
-	c.last = now
+	c.last, c.bytes = now, 0
 	return true
 }
 

@@ -110,14 +110,26 @@ func TestPayloadDeadlineFailsAStalledPayload(t *testing.T) {
 
 func TestStateCheckRateLimits(t *testing.T) {
 	var c stateCheck
-	if !c.due() {
+	if !c.due(4096) {
 		t.Fatal("the first look is not due")
 	}
-	if c.due() {
+	if c.due(4096) {
 		t.Fatal("a second look at once is due")
 	}
 	c.last = time.Now().Add(-2 * stateCheckEvery) // as after a SIGSTOP
-	if !c.due() {
+	if !c.due(4096) {
 		t.Fatal("a look after the process stood still is not due")
+	}
+	// Within the millisecond, the bytes applied since the last look bound
+	// the next one: what a reset arriving meanwhile lets land.
+	var applied uint64
+	for c.last = time.Now().Add(time.Hour); !c.due(64 << 10); { // the clock never says due here
+		applied += 64 << 10
+		if applied > stateCheckBytes {
+			t.Fatalf("%d bytes of WRITEs applied without a look, more than stateCheckBytes %d", applied, stateCheckBytes)
+		}
+	}
+	if applied+64<<10 < stateCheckBytes {
+		t.Fatalf("a look due after %d bytes, before stateCheckBytes %d", applied+64<<10, stateCheckBytes)
 	}
 }

@@ -87,7 +87,7 @@ func (tc *targetConn) writeRun(fr *frameReader, fw *frameWriter, hs []wire.Heade
 	}
 	// As request does for one WRITE: the initiator may have given up, and
 	// what is not buffered is read under a deadline.
-	if sc.due() && abandoned(tc.nc) {
+	if sc.due(total) && abandoned(tc.nc) {
 		for _, h := range hs[:n] {
 			t.served.op(true, resFailed, h.Length)
 		}
