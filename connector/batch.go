@@ -213,6 +213,7 @@ func (c *Connector) prepare(ctx context.Context, p *Peer, ops []Op) (*Batch, fun
 		defer c.wg.Done()
 		defer cancel()
 		err := l.at.tr.Transfer(ctx, l.id, ops, b.results)
+		explainRemoteMiss(l, p.session, ops, b.results)
 		if err != nil {
 			b.err = fmt.Errorf("connector: batch of %d ops to %s: %w", len(ops), p.session, err)
 		}
@@ -314,4 +315,21 @@ func (c *Connector) Probe(ctx context.Context, session string) error {
 	}
 	f.release() // the answer's share of max_handshake_memory
 	return nil
+}
+
+// explainRemoteMiss adds to an op that failed as an unknown region, at an
+// address the peer's descriptor does not hold, why that may be: this node
+// learned the peer's regions when it connected to it.
+func explainRemoteMiss(l link, session string, ops []Op, results []OpResult) {
+	for i := range results {
+		if results[i].Err == nil || ops[i].RemoteRegion != 0 || !errors.Is(results[i].Err, ErrUnknownRegion) {
+			continue
+		}
+		if _, _, _, err := l.buffers.Resolve(0, ops[i].RemoteOffset, ops[i].Length); err == nil {
+			continue
+		}
+		results[i].Err = fmt.Errorf("%w (this node knows peer %s's regions from its descriptor, fetched when it connected: "+
+			"a region the peer registered since is reached over tcp, which the peer checks, but not over transports that "+
+			"address regions by the keys in the descriptor (ucx, rdma, efa) until this node reconnects to the peer)", results[i].Err, session)
+	}
 }
