@@ -224,6 +224,10 @@ func (e *etcdService) wrapEtcd(what, key string, err error) error {
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v (etcd's --max-request-bytes, 1.5 MiB by default, bounds a descriptor: fewer, larger regions make a smaller one)",
 			errdefs.ErrResourceExhausted, strings.Join(e.target.Endpoints, ","), what, key, err)
+	case status.Code(err) == codes.ResourceExhausted:
+		// The client refused to send it: over its own 2 MiB request limit.
+		return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v (the etcd client sends at most 2 MiB in one request: fewer, larger regions make a smaller descriptor)",
+			errdefs.ErrResourceExhausted, strings.Join(e.target.Endpoints, ","), what, key, err)
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return fmt.Errorf("metadata: %w: etcd %s: %s %s: %v (etcd's database reached its quota: compact and defragment it, then disarm the NOSPACE alarm)",
 			errdefs.ErrResourceExhausted, strings.Join(e.target.Endpoints, ","), what, key, err)
@@ -273,7 +277,10 @@ func (e *etcdService) watchKey(key string, rev int64) {
 	defer e.wg.Done()
 	bo := newBackoff(e.renew)
 	for e.ctx.Err() == nil {
-		for resp := range e.cli.Watch(e.ctx, key, clientv3.WithRev(rev+1)) {
+		// WithRequireLeader: a watch on a member cut off from the others'
+		// leader ends (ErrNoLeader) rather than going quiet, so the key is
+		// read again, through a member that has one.
+		for resp := range e.cli.Watch(clientv3.WithRequireLeader(e.ctx), key, clientv3.WithRev(rev+1)) {
 			if err := resp.Err(); err != nil || resp.Canceled {
 				if err == nil {
 					err = errors.New("watch canceled")

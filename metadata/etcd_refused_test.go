@@ -38,3 +38,16 @@ func TestEtcdRefusedPutKeepsTheLeaseAlive(t *testing.T) {
 		t.Fatal("node-a's descriptor is gone from etcd")
 	}
 }
+
+// TestEtcdClientRefusesAHugeDescriptor: a descriptor over the etcd
+// client's own 2 MiB request limit (etcd itself would take it) fails as a
+// bounded resource, saying which bound, not as an unreachable etcd.
+func TestEtcdClientRefusesAHugeDescriptor(t *testing.T) {
+	e := testservers.StartEtcd(t, testservers.EtcdOptions{Args: []string{"--max-request-bytes", "10485760"}})
+	a := openT(t, Options{URL: e.URL(), TTL: 3 * time.Second})
+	huge := []byte(`{"name":"node-h","pad":"` + strings.Repeat("x", 3<<20) + `"}`)
+	err := a.Publish(ctxT(t), "node-h", huge, rpcOf(15003))
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || errors.Is(err, errdefs.ErrPeerUnreachable) || !strings.Contains(err.Error(), "2 MiB") {
+		t.Fatalf("Publish of a descriptor over the client's request limit: %v; want ErrResourceExhausted naming the 2 MiB bound", err)
+	}
+}

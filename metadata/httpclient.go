@@ -61,13 +61,26 @@ func openHTTP(ctx context.Context, s *settings) (Service, error) {
 		return nil, fmt.Errorf("metadata: %w: %s: TLS files are set but the URL is http://; use https:// for TLS",
 			errdefs.ErrInvalidArgument, s.target)
 	}
-	kv := &httpKV{url: s.target.URL, client: &http.Client{Transport: tr, Timeout: s.ConnectTimeout},
+	kv := &httpKV{url: s.target.URL, client: &http.Client{Transport: tr, Timeout: s.ConnectTimeout, CheckRedirect: sameMethod},
 		user: s.Username, pass: string(s.Password)}
 	if err := kv.probe(ctx, s); err != nil {
 		tr.CloseIdleConnections()
 		return nil, err
 	}
 	return newTTLService(s, kv), nil
+}
+
+// sameMethod follows a redirect only when it keeps the method (307,
+// 308): after a 301, 302 or 303 a PUT or DELETE would be sent as a GET,
+// whose 200 or 404 would pass for the write or the delete.
+func sameMethod(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.Method != via[len(via)-1].Method {
+		return http.ErrUseLastResponse
+	}
+	return nil
 }
 
 // probe writes, reads back and deletes a key of its own: a 404 alone
@@ -126,6 +139,10 @@ func (h *httpKV) do(ctx context.Context, method, key string, body []byte, ttl ti
 	}
 	if len(b) > maxHTTPValue {
 		return 0, nil, fmt.Errorf("%w: value of key %s is larger than %d bytes", errdefs.ErrProtocol, key, maxHTTPValue)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// A redirect not followed (sameMethod): say where it pointed.
+		b = []byte(fmt.Sprintf("a redirect to %q, not followed for a %s (it would be sent as a GET): set metadata to the URL the server wants", resp.Header.Get("Location"), method))
 	}
 	return resp.StatusCode, b, nil
 }

@@ -330,3 +330,30 @@ func TestPublishRacingClose(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPRedirects: a redirect that keeps the method (307, 308) is
+// followed; one that would turn a PUT or DELETE into a GET (301, 302, 303)
+// is an error naming where it points, not a GET whose answer passes for
+// the write.
+func TestHTTPRedirects(t *testing.T) {
+	m := startMetaServer(t, ServerOptions{})
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther} {
+		redir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, m.url()+"?"+r.URL.RawQuery, code)
+		}))
+		s, err := Open(ctxT(t), Options{URL: redir.URL + "/old", ConnectTimeout: 5 * time.Second})
+		if code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
+			if err != nil {
+				t.Errorf("HTTP %d: %v; want it followed", code, err)
+			} else {
+				s.Close(ctxT(t))
+			}
+		} else if err == nil || !strings.Contains(err.Error(), "redirect to") || !strings.Contains(err.Error(), m.url()) {
+			if s != nil {
+				s.Close(ctxT(t))
+			}
+			t.Errorf("HTTP %d: %v; want an error naming the redirect", code, err)
+		}
+		redir.Close()
+	}
+}

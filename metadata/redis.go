@@ -108,12 +108,23 @@ func (r *redisKV) getMany(ctx context.Context, keys []string) (map[string][]byte
 }
 
 func (r *redisKV) put(ctx context.Context, kvs []kvPair, ttl time.Duration) error {
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, kv := range kvs {
 			p.Set(ctx, kv.key, kv.value, ttl)
 		}
 		return nil
 	})
+	if err != nil {
+		// A command the server refused (READONLY, OOM, NOREPLICAS) makes
+		// the transaction fail with EXECABORT, which does not say why:
+		// the command's own reply does.
+		for _, c := range cmds {
+			var re redis.Error
+			if cerr := c.Err(); cerr != nil && errors.As(cerr, &re) && cerr.Error() != err.Error() {
+				return fmt.Errorf("%w (%v)", cerr, err)
+			}
+		}
+	}
 	return err
 }
 

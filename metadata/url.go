@@ -158,6 +158,10 @@ func parseEndpoints(list string) ([]string, string) {
 	eps := make([]string, 0, len(parts))
 	for _, p := range parts {
 		p = strings.TrimSpace(p)
+		if strings.Contains(p, "@") {
+			// Not quoted: what precedes the '@' is a user and a password.
+			return nil, "an endpoint holds user information (user:password@host): etcd's user and password are set with metadata_username and metadata_password (KVCONNECT_METADATA_USERNAME, KVCONNECT_METADATA_PASSWORD), not in the connection string"
+		}
 		if strings.Contains(p, "://") {
 			return nil, fmt.Sprintf("endpoint %q has a scheme: write etcd://host:port,host:port", p)
 		}
@@ -338,6 +342,35 @@ func strayAt(rest string) bool {
 	return j >= 0 && !strings.Contains(rest[:j], "@") && strings.Contains(rest[j:], "@")
 }
 
+// redactEndpoints hides the password of each user:password@host:port in
+// a bare endpoint list (etcd's, as Mooncake takes it), which kvconnect
+// refuses but must not repeat.
+func redactEndpoints(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		end := strings.IndexAny(s, ",;")
+		if end < 0 {
+			end = len(s)
+		}
+		tok := s[:end]
+		if at := strings.LastIndex(tok, "@"); at >= 0 {
+			if user, _, hasPass := strings.Cut(tok[:at], ":"); hasPass {
+				tok = user + ":xxxxx" + tok[at:]
+			}
+		}
+		b.WriteString(tok)
+		if end < len(s) {
+			b.WriteByte(s[end])
+			end++
+		}
+		s = s[end:]
+	}
+	return b.String()
+}
+
 // redactString hides the password of a URL-like connection string for
 // error texts; strings without one are returned as they are. A password
 // holding '/', '?' or '#' (not percent-encoded, so the URL does not
@@ -346,7 +379,7 @@ func strayAt(rest string) bool {
 func redactString(s string) string {
 	i := strings.Index(s, "://")
 	if i < 0 {
-		return s
+		return redactEndpoints(s)
 	}
 	authority := s[i+3:]
 	if j := strings.IndexAny(authority, "/?#"); j >= 0 && !strayAt(authority) {

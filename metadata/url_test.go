@@ -283,3 +283,19 @@ func TestPasswordWithURLDelimitersStaysHidden(t *testing.T) {
 		t.Fatalf("Parse(encoded) = %+v, %v", tg, err)
 	}
 }
+
+// TestEtcdCredentialsInTheStringStayHidden: etcd takes its user and
+// password from settings; a connection string holding them is refused
+// without repeating them (the error used to quote the endpoint whole).
+func TestEtcdCredentialsInTheStringStayHidden(t *testing.T) {
+	for _, in := range []string{"etcd://kv:S3cretPw@10.0.0.5:2379", "kv:S3cretPw@10.0.0.5:2379", "10.0.0.4:2379,kv:S3cretPw@10.0.0.5:2379"} {
+		_, err := Parse(in)
+		if err == nil {
+			t.Errorf("Parse(%q) succeeded", in)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "S3cretPw") || !strings.Contains(msg, "metadata_password") {
+			t.Errorf("Parse(%q) = %v: want the password hidden and metadata_password named", in, err)
+		}
+	}
+}
