@@ -360,11 +360,14 @@ func (e *etcdService) Publish(ctx context.Context, segment string, descriptor []
 	if err != nil {
 		return err
 	}
+	// Recorded under pubMu, with the put: two Publish calls of one segment
+	// at once leave the value of the one that puts last, which renewals
+	// then keep (they never rewrite values).
+	e.pubMu.Lock()
+	defer e.pubMu.Unlock()
 	if err := e.record(segment, p); err != nil {
 		return err
 	}
-	e.pubMu.Lock()
-	defer e.pubMu.Unlock()
 	if err := e.putAll(ctx, []kvPair{{e.keys.Segment(segment), p.descriptor}, {e.keys.RPC(segment), p.rpc}}); err != nil {
 		e.setDirty(true)
 		e.wake()

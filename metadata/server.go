@@ -16,6 +16,10 @@ const (
 	DefaultServerPath    = "/metadata"
 	DefaultServerTTL     = 30 * time.Second
 	DefaultServerMaxBody = 1 << 20
+	// DefaultServerMaxBytes bounds what a Server holds (keys and values).
+	DefaultServerMaxBytes = 1 << 30
+	// DefaultServerMaxTTL bounds the TTL a client may ask for.
+	DefaultServerMaxTTL = 24 * time.Hour
 )
 
 // TTLHeader is the request header with which kvconnect's HTTP client tells
@@ -35,6 +39,12 @@ type ServerOptions struct {
 	TTL time.Duration
 	// MaxBody bounds a PUT body; larger ones get 413. Default 1 MiB.
 	MaxBody int64
+	// MaxBytes bounds what the server holds, keys and values together: a
+	// PUT that would go past it gets 507. Default 1 GiB.
+	MaxBytes int64
+	// MaxTTL bounds the TTL a PUT's TTLHeader may ask for (more: 400).
+	// Default 24h.
+	MaxTTL time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -59,8 +69,12 @@ type Server struct {
 	maxBody int64
 	now     func() time.Time
 
+	maxBytes int64
+	maxTTL   time.Duration
+
 	mu        sync.Mutex
 	entries   map[string]serverEntry
+	held      int64 // bytes of keys and values in entries
 	lastSweep time.Time
 
 	gets, puts, deletes, expired atomic.Uint64
@@ -92,6 +106,12 @@ func NewServer(o ServerOptions) *Server {
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultServerMaxBody
+	}
+	if s.maxBytes = o.MaxBytes; s.maxBytes <= 0 {
+		s.maxBytes = DefaultServerMaxBytes
+	}
+	if s.maxTTL = o.MaxTTL; s.maxTTL <= 0 {
+		s.maxTTL = DefaultServerMaxTTL
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -148,8 +168,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ttl := s.ttl
 		if h := r.Header.Get(TTLHeader); h != "" {
 			d, err := time.ParseDuration(h)
-			if err != nil || d <= 0 {
-				reply(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a positive duration like 10s", TTLHeader, h))
+			if err != nil || d <= 0 || d > s.maxTTL {
+				reply(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a positive duration like 10s, at most %v (this server's --max-ttl)", TTLHeader, h, s.maxTTL))
 				return
 			}
 			ttl = d
@@ -167,8 +187,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply(w, http.StatusBadRequest, "invalid request: the body is not JSON")
 			return
 		}
+		if held, ok := s.put(k, body, ttl); !ok {
+			reply(w, http.StatusInsufficientStorage, fmt.Sprintf("the server holds %d of its %d bytes (--max-bytes): %d more do not fit", held, s.maxBytes, len(k)+len(body)))
+			return
+		}
 		s.puts.Add(1)
-		s.put(k, body, ttl)
 		reply(w, http.StatusOK, "metadata updated")
 	case http.MethodDelete:
 		s.deletes.Add(1)
@@ -190,30 +213,49 @@ func (s *Server) get(key string) ([]byte, bool) {
 		return nil, false
 	}
 	if !e.expires.IsZero() && !now.Before(e.expires) {
-		delete(s.entries, key)
+		s.dropLocked(key)
 		s.expired.Add(1)
 		return nil, false
 	}
 	return e.value, true // never modified in place: a PUT stores a new slice
 }
 
-func (s *Server) put(key string, value []byte, ttl time.Duration) {
+// put stores value under key, unless that would take the server past
+// maxBytes: then it says false and what the server holds.
+func (s *Server) put(key string, value []byte, ttl time.Duration) (held int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	s.sweepLocked(now)
+	held = s.held
+	if old, ok := s.entries[key]; ok {
+		held -= int64(len(key) + len(old.value))
+	}
+	if held+int64(len(key)+len(value)) > s.maxBytes {
+		return s.held, false
+	}
 	e := serverEntry{value: value}
 	if ttl > 0 {
 		e.expires = now.Add(ttl)
 	}
 	s.entries[key] = e
+	s.held = held + int64(len(key)+len(value))
+	return s.held, true
 }
 
 func (s *Server) del(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(s.now())
-	delete(s.entries, key)
+	s.dropLocked(key)
+}
+
+// dropLocked removes key, if held.
+func (s *Server) dropLocked(key string) {
+	if old, ok := s.entries[key]; ok {
+		s.held -= int64(len(key) + len(old.value))
+		delete(s.entries, key)
+	}
 }
 
 // sweepLocked drops expired entries, at most once a second.
@@ -224,7 +266,7 @@ func (s *Server) sweepLocked(now time.Time) {
 	s.lastSweep = now
 	for k, e := range s.entries {
 		if !e.expires.IsZero() && !now.Before(e.expires) {
-			delete(s.entries, k)
+			s.dropLocked(k)
 			s.expired.Add(1)
 		}
 	}

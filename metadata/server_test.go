@@ -154,6 +154,48 @@ func TestServerBodyLimit(t *testing.T) {
 	}
 }
 
+// TestServerHoldsAtMostMaxBytes: a PUT that would take the server past
+// MaxBytes (keys and values) is refused with 507 and changes nothing; a
+// replacement counts only its growth; a DELETE or an expiry makes room. A
+// TTL asked for above MaxTTL is refused. Before, any client could fill the
+// server's memory, and make entries all but permanent.
+func TestServerHoldsAtMostMaxBytes(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	s := NewServer(ServerOptions{MaxBytes: 1000, MaxTTL: time.Hour, Now: clock.Now})
+	val := func(n int) string { return `"` + strings.Repeat("v", n-2) + `"` } // n bytes of JSON
+	put := func(key string, n int, header ...string) (int, string) {
+		code, body, _ := do(t, s, "PUT", "/metadata?key="+key, val(n), header...)
+		return code, body
+	}
+	if code, body := put("a", 599); code != 200 {
+		t.Fatalf("600 of 1000 bytes: %d %s", code, body)
+	}
+	code, body := put("b", 500)
+	if code != http.StatusInsufficientStorage || !strings.Contains(body, "--max-bytes") || !strings.Contains(body, "600") {
+		t.Fatalf("1101 of 1000 bytes: %d %q, want 507 saying what the server holds", code, body)
+	}
+	if code, _, _ := do(t, s, "GET", "/metadata?key=b", ""); code != 404 {
+		t.Fatalf("the refused PUT stored its entry: GET %d", code)
+	}
+	if code, body := put("a", 899); code != 200 {
+		t.Fatalf("replacing a's 599 bytes with 899 (900 of 1000 held): %d %s", code, body)
+	}
+	if code, _ := put("a", 1000); code != http.StatusInsufficientStorage {
+		t.Fatalf("replacing a with 1000 bytes (1001 held): %d, want 507", code)
+	}
+	do(t, s, "DELETE", "/metadata?key=a", "")
+	if code, body := put("b", 500, TTLHeader, "30s"); code != 200 {
+		t.Fatalf("after the DELETE: %d %s", code, body)
+	}
+	clock.Advance(time.Minute) // b expires
+	if code, body := put("c", 900); code != 200 {
+		t.Fatalf("after b expired: %d %s", code, body)
+	}
+	if code, body := put("d", 10, TTLHeader, "100000h"); code != 400 || !strings.Contains(body, "--max-ttl") {
+		t.Fatalf("a TTL of 100000h: %d %q, want 400 naming --max-ttl", code, body)
+	}
+}
+
 // TestServerConcurrent: many clients over real HTTP at once (run with
 // -race).
 func TestServerConcurrent(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 func init() { subcommands = append(subcommands, newMetadataServerCommand) }
 
 func newMetadataServerCommand() *cobra.Command {
-	var listen, path, maxBody string
-	var ttl time.Duration
+	var listen, path, maxBody, maxBytes string
+	var ttl, maxTTL time.Duration
 	cmd := &cobra.Command{
 		Use:   "metadata-server",
 		Short: "Serve Mooncake's HTTP metadata protocol, with entries that expire unless refreshed",
@@ -49,6 +49,13 @@ listens, and serves until SIGINT or SIGTERM.`,
 			if err != nil || limit == 0 || limit > 1<<30 {
 				return fmt.Errorf("--max-body %q: want a size between 1 byte and 1GiB, like 1MiB", maxBody)
 			}
+			held, err := units.ParseSize(maxBytes)
+			if err != nil || held == 0 || held > 1<<40 {
+				return fmt.Errorf("--max-bytes %q: want a size between 1 byte and 1TiB, like 1GiB", maxBytes)
+			}
+			if maxTTL <= 0 {
+				return fmt.Errorf("--max-ttl %s: want a positive duration, like 24h", maxTTL)
+			}
 			if !strings.HasPrefix(path, "/") {
 				return fmt.Errorf("--path %q: want a path starting with /, like /metadata", path)
 			}
@@ -59,17 +66,19 @@ listens, and serves until SIGINT or SIGTERM.`,
 			defer log.Sync()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runMetadataServer(ctx, cmd, log, listen, path, ttl, int64(limit))
+			return runMetadataServer(ctx, cmd, log, listen, path, ttl, metadata.ServerOptions{MaxBody: int64(limit), MaxBytes: int64(held), MaxTTL: maxTTL})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8080", "host:port to listen on (Mooncake's reference server uses :8080); port 0 picks a free one")
 	cmd.Flags().StringVar(&path, "path", metadata.DefaultServerPath, "the one URL path served")
 	cmd.Flags().DurationVar(&ttl, "ttl", metadata.DefaultServerTTL, "expiry of an entry after its last PUT when the client does not send its own; 0 = never")
 	cmd.Flags().StringVar(&maxBody, "max-body", "1MiB", "largest PUT body accepted (larger: 413)")
+	cmd.Flags().StringVar(&maxBytes, "max-bytes", "1GiB", "most the server holds, keys and values together (a PUT past it: 507)")
+	cmd.Flags().DurationVar(&maxTTL, "max-ttl", metadata.DefaultServerMaxTTL, "longest TTL a client may ask for (longer: 400)")
 	return cmd
 }
 
-func runMetadataServer(ctx context.Context, cmd *cobra.Command, log *zap.Logger, listen, path string, ttl time.Duration, maxBody int64) error {
+func runMetadataServer(ctx context.Context, cmd *cobra.Command, log *zap.Logger, listen, path string, ttl time.Duration, limits metadata.ServerOptions) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		_, port, _ := net.SplitHostPort(listen)
@@ -79,7 +88,8 @@ func runMetadataServer(ctx context.Context, cmd *cobra.Command, log *zap.Logger,
 	if ttl == 0 {
 		serverTTL = -1 // never
 	}
-	srv := metadata.NewServer(metadata.ServerOptions{Path: path, TTL: serverTTL, MaxBody: maxBody})
+	limits.Path, limits.TTL = path, serverTTL
+	srv := metadata.NewServer(limits)
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -91,12 +101,15 @@ func runMetadataServer(ctx context.Context, cmd *cobra.Command, log *zap.Logger,
 	}
 	addr := ln.Addr().String()
 	out := struct {
-		Address string `json:"address"`
-		URL     string `json:"url"`
-		Path    string `json:"path"`
-		TTL     string `json:"ttl"`
-		MaxBody int64  `json:"max_body"`
-	}{Address: addr, URL: "http://" + reachable(addr) + path, Path: path, TTL: ttl.String(), MaxBody: maxBody}
+		Address  string `json:"address"`
+		URL      string `json:"url"`
+		Path     string `json:"path"`
+		TTL      string `json:"ttl"`
+		MaxBody  int64  `json:"max_body"`
+		MaxBytes int64  `json:"max_bytes"`
+		MaxTTL   string `json:"max_ttl"`
+	}{Address: addr, URL: "http://" + reachable(addr) + path, Path: path, TTL: ttl.String(), MaxBody: limits.MaxBody,
+		MaxBytes: limits.MaxBytes, MaxTTL: limits.MaxTTL.String()}
 	if ttl == 0 {
 		out.TTL = "never"
 	}
