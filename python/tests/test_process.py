@@ -239,6 +239,36 @@ class ProcessTest(unittest.TestCase):
         out, err = p.communicate(timeout=30)
         self.assertIn("interrupted", out, err)
 
+    def test_exit_with_a_batch_to_a_hung_peer_does_not_wait_for_it(self):
+        # An interpreter exiting (a Ctrl-C that landed before any wait, an
+        # error) with an async batch to a hung peer: close() at exit used to
+        # unregister the memory first, which waits for the batches using it
+        # (transfer_timeout, 300s here). It now cancels them first.
+        session, region, node = support.serve(self)
+        p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
+            from kvconnect import TransferEngine
+            os.environ['KVCONNECT_TRANSFER_TIMEOUT'] = '300s'
+            e = TransferEngine()
+            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
+            buf = bytearray(64 << 20)
+            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+            assert e.register_memory(addr, len(buf)) == 0
+            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
+            print('ready', flush=True)
+            sys.stdin.readline()   # the node is stopped now
+            bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
+            print('submitted', bid, flush=True)
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
+        support.stop_group(node.p.pid)  # the peer hangs: the batch cannot end
+        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=30)  # the old close waited 38 s here, the new one under 1 s
+        self.assertIn("submitted", out, err)
+        self.assertEqual(p.returncode, 0, err)
+
     def test_mc_transfer_timeout_bounds_a_sync_transfer(self):
         session, region, node = support.serve(self)
         self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))

@@ -163,6 +163,11 @@ class TransferEngine:
         self._lock = threading.Lock()
         self._memory = {}  # registered caller memory: address -> length
         self._managed = {}  # managed buffers: address -> length
+        # Batches submitted and not freed yet (guarded by _lock): close()
+        # cancels them before it unregisters the memory they use, which
+        # would otherwise wait for them (up to transfer_timeout: an
+        # interpreter exiting on Ctrl-C with a batch to a hung peer).
+        self._submitted = set()
         # _tables guards _memory and _managed and counts the copies under
         # way (write_bytes_to_buffer, read_bytes_from_buffer: they run
         # without the GIL). Freeing a managed buffer and close take the
@@ -320,10 +325,15 @@ class TransferEngine:
         with self._lock:
             h, self._handle = self._handle, 0
             self._closed = True
+            submitted, self._submitted = self._submitted, set()
         if not h:
             return 0
         if _lib._forked:
             return 0  # the parent owns the engine
+        for bid in submitted:
+            # Canceled first: unregistering waits for the batches that use
+            # the memory (the GIL released: a batch ends within seconds).
+            _lib.lib().kvc_batch_free(h, bid)
         with self._tables:
             registered = list(self._memory)
             self._memory.clear()
@@ -576,7 +586,15 @@ class TransferEngine:
         bid = self._call("kvc_batch_submit", _b(target_hostname), op, local, remote, lens, n, -1)
         if not bid:
             return self._record(0) if bid is not None else 0
+        with self._lock:
+            self._submitted.add(bid)
         return bid
+
+    def _free(self, lib, h: int, bid: int) -> None:
+        """Frees batch bid (canceling it if it still runs)."""
+        with self._lock:
+            self._submitted.discard(bid)
+        lib.kvc_batch_free(h, bid)
 
     def _wait(self, bid: int) -> int:
         """Waits for batch bid in slices (so Ctrl-C gets through), frees
@@ -594,11 +612,11 @@ class TransferEngine:
                 if rc != _BATCH_PENDING:
                     break
         except BaseException:
-            lib.kvc_batch_free(h, bid)  # cancels the batch, then re-raise
+            self._free(lib, h, bid)  # cancels the batch, then re-raise
             raise
         if rc != _BATCH_DONE:
             rc = self._record(rc)
-        lib.kvc_batch_free(h, bid)
+        self._free(lib, h, bid)
         return rc
 
     def _sync(self, target_hostname, op: int, buffers, peer_addresses, lengths, notify=None) -> int:
@@ -618,6 +636,8 @@ class TransferEngine:
                 if bid is not None:
                     self._record(0)
                 return -1
+            with self._lock:
+                self._submitted.add(bid)
             if self._wait(bid) != _BATCH_DONE:
                 return -1
         if notify is not None:
@@ -715,7 +735,7 @@ class TransferEngine:
             return self._record(-1)  # unknown batch
         if rc != _BATCH_DONE:
             self._record(rc)
-        _lib.lib().kvc_batch_free(self._handle, bid)
+        self._free(_lib.lib(), self._handle, bid)
         return rc
 
     # ---- peers and notifications ------------------------------------------
