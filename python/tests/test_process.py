@@ -207,7 +207,11 @@ class ProcessTest(unittest.TestCase):
         p.stdout.close()
         support.wait_until(f"plugin {pid} to exit after Python was killed", lambda: not pid_alive(pid), 30)
 
-    def test_ctrl_c_interrupts_a_blocked_wait(self):
+    def hung_peer_child(self, then):
+        """A child Python with an engine that moved bytes to a Go node, then
+        the node stopped (SIGSTOP): the child runs `then` (code using e,
+        addr, session and region), whose batches to the node cannot end.
+        Returns the child, past its setup."""
         session, region, node = support.serve(self)
         p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
             from kvconnect import TransferEngine
@@ -217,23 +221,29 @@ class ProcessTest(unittest.TestCase):
             buf = bytearray(64 << 20)
             addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
             assert e.register_memory(addr, len(buf)) == 0
-            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
+            session, region = {session!r}, {region}
+            assert e.transfer_sync_write(session, addr, region, 4096) == 0, e.last_error()
             print('ready', flush=True)
             sys.stdin.readline()   # the node is stopped now
+        """) + textwrap.dedent(then)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
+        support.stop_group(node.p.pid)  # the peer hangs: a batch to it cannot end
+        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        return p
+
+    def test_ctrl_c_interrupts_a_blocked_wait(self):
+        p = self.hung_peer_child("""
             try:
-                bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
+                bid = e.batch_transfer_async_write(session, [addr] * 8, [region] * 8, [1 << 20] * 8)
                 print('waiting', bid, flush=True)
                 e.get_batch_transfer_status([bid])
                 print('returned', flush=True)
             except KeyboardInterrupt:
                 print('interrupted', flush=True)
-        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(p.kill)
-        self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
-        support.stop_group(node.p.pid)  # the peer hangs: the batch cannot end
-        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
-        p.stdin.write("go\n")
-        p.stdin.flush()
+        """)
         self.assertTrue(p.stdout.readline().startswith("waiting"))
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
@@ -244,27 +254,10 @@ class ProcessTest(unittest.TestCase):
         # error) with an async batch to a hung peer: close() at exit used to
         # unregister the memory first, which waits for the batches using it
         # (transfer_timeout, 300s here). It now cancels them first.
-        session, region, node = support.serve(self)
-        p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
-            from kvconnect import TransferEngine
-            os.environ['KVCONNECT_TRANSFER_TIMEOUT'] = '300s'
-            e = TransferEngine()
-            assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0, e.last_error()
-            buf = bytearray(64 << 20)
-            addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-            assert e.register_memory(addr, len(buf)) == 0
-            assert e.transfer_sync_write({session!r}, addr, {region}, 4096) == 0, e.last_error()
-            print('ready', flush=True)
-            sys.stdin.readline()   # the node is stopped now
-            bid = e.batch_transfer_async_write({session!r}, [addr] * 8, [{region}] * 8, [1 << 20] * 8)
+        p = self.hung_peer_child("""
+            bid = e.batch_transfer_async_write(session, [addr] * 8, [region] * 8, [1 << 20] * 8)
             print('submitted', bid, flush=True)
-        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(p.kill)
-        self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr.read() if p.poll() is not None else "")
-        support.stop_group(node.p.pid)  # the peer hangs: the batch cannot end
-        self.addCleanup(lambda: os.killpg(node.p.pid, signal.SIGCONT))
-        p.stdin.write("go\n")
-        p.stdin.flush()
+        """)
         out, err = p.communicate(timeout=30)  # the old close waited 38 s here, the new one under 1 s
         self.assertIn("submitted", out, err)
         self.assertEqual(p.returncode, 0, err)
